@@ -1,0 +1,33 @@
+"""Pure data models: scenarios, observations, verdicts. No I/O beyond reading a scenario file."""
+
+from sreforge.api.observation import AlertSample, CIResult, CIStatus, LoadStats
+from sreforge.api.scenario import (
+    LoadProfile,
+    Scenario,
+    ScenarioError,
+    ServiceSpec,
+    VerifySpec,
+    Weights,
+    discover,
+    load_scenario,
+)
+from sreforge.api.verdict import Reason, Signal, SignalName, Verdict
+
+__all__ = [
+    "AlertSample",
+    "CIResult",
+    "CIStatus",
+    "LoadProfile",
+    "LoadStats",
+    "Reason",
+    "Scenario",
+    "ScenarioError",
+    "ServiceSpec",
+    "Signal",
+    "SignalName",
+    "Verdict",
+    "VerifySpec",
+    "Weights",
+    "discover",
+    "load_scenario",
+]

@@ -1,0 +1,54 @@
+"""What the harness observed: the pure oracle and loop consume these and nothing else."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoadStats(_Model):
+    """The load generator's own view over the last sample window (harness-owned telemetry)."""
+
+    target_rate: float = Field(ge=0)
+    achieved_rate: float = Field(ge=0, description="requests started per second")
+    dropped_ratio: float = Field(ge=0, le=1, description="iterations dropped / scheduled")
+    success_ratio: float | None = Field(
+        default=None, ge=0, le=1, description="validated responses / completed; None if none"
+    )
+
+
+class AlertSample(_Model):
+    """One look at Prometheus: the firing set, whether the target series exists, the load.
+
+    `firing is None` means Prometheus could not be asked: that is never a clear.
+    """
+
+    t: float = Field(description="unix time of the sample")
+    firing: frozenset[str] | None
+    target_series_present: bool = False
+    service_up: bool = False
+    load: LoadStats | None = None
+
+
+class CIStatus(StrEnum):
+    GREEN = "green"
+    RED = "red"
+    REJECTED = "rejected"  # the patch did not apply or touched a protected path
+    ERROR = "error"  # the harness could not run CI (an infrastructure fault)
+
+
+class CIResult(_Model):
+    status: CIStatus
+    reason: str = ""
+    output_tail: str = ""
+    duration_seconds: float = 0.0
+    files_changed: list[str] = Field(default_factory=list)
+
+    @property
+    def green(self) -> bool:
+        return self.status is CIStatus.GREEN

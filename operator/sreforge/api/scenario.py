@@ -1,0 +1,176 @@
+"""The scenario format: `scenarios/<name>/scenario.toml` and the files it names."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Seconds = Annotated[int, Field(ge=1, le=86_400)]
+Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be used; the message names the file, field and problem."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Weights(_Model):
+    """Weights of the five mitigation signals (DESIGN.md oracle v1); they sum to 1."""
+
+    ci_green: Ratio = 0.25
+    alert_cleared: Ratio = 0.35
+    sustained_clear: Ratio = 0.20
+    time_to_clear: Ratio = 0.10
+    no_new_alerts: Ratio = 0.10
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> Weights:
+        total = sum(self.model_dump().values())
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"weights must sum to 1.0, they sum to {total:.4f}")
+        return self
+
+
+class VerifySpec(_Model):
+    """How the oracle observes a fix: windows, budgets and what counts as delivered load."""
+
+    pass_threshold: Ratio = 0.85
+    fire_timeout_seconds: Seconds = 120
+    sustain_seconds: Seconds = 60
+    clear_budget_seconds: Seconds = 60
+    # A clear only counts while the load is really delivered (DESIGN.md).
+    min_achieved_ratio: Ratio = 0.90
+    max_dropped_ratio: Ratio = 0.02
+    min_success_ratio: Ratio = 0.95
+    sample_interval_seconds: Annotated[float, Field(gt=0, le=30)] = 1.0
+    weights: Weights = Weights()
+
+
+class LoadProfile(_Model):
+    """An open-model, constant-arrival-rate load (k6 `constant-arrival-rate` semantics)."""
+
+    rate: Annotated[int, Field(ge=1, le=20_000, description="iterations (requests) per second")]
+    max_in_flight: Annotated[int, Field(ge=1, le=100_000)] = 256
+    timeout_ms: Annotated[int, Field(ge=10, le=120_000)] = 2000
+    duration_seconds: Seconds = 1800
+    method: Literal["GET", "POST"] = "GET"
+    path: Annotated[str, Field(pattern=r"^/")] = "/"
+    id_range: tuple[int, int] = (1, 1)
+    expect_status: Annotated[int, Field(ge=100, le=599)] = 200
+    expect_json_id: bool = False
+
+    @model_validator(mode="after")
+    def _range_ordered(self) -> LoadProfile:
+        lo, hi = self.id_range
+        if lo > hi:
+            raise ValueError(f"id_range must be [low, high] with low <= high, got [{lo}, {hi}]")
+        return self
+
+
+class ServiceSpec(_Model):
+    """The substrate service a scenario runs: where its source is and how to start and test it."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*$")]
+    source: str = Field(description="path of the healthy tree, relative to the repository root")
+    command: list[str] = Field(min_length=1, description="start command; gets HOST, PORT, DATA_DIR")
+    prepare: list[str] = Field(default_factory=list, description="run once per run, before start")
+    test_command: list[str] = Field(min_length=1)
+    health_path: Annotated[str, Field(pattern=r"^/")] = "/healthz"
+    metrics_path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
+    dependencies: list[Literal["redis"]] = Field(default_factory=list)
+    test_timeout_seconds: Seconds = 300
+
+
+class Scenario(_Model):
+    """One incident: a service, the regression that breaks it, the alert that proves it."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*$", max_length=63)]
+    title: str
+    family: Literal["latency", "errors", "saturation", "resources", "configuration", "compound"]
+    target_alert: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    rules: str = "rules.yml"
+    regression: str = "regression.patch"
+    protected: list[str] = Field(default_factory=list)
+    service: ServiceSpec
+    load: LoadProfile
+    verify: VerifySpec = VerifySpec()
+
+    # Set by the loader, not by scenario.toml.
+    directory: Path = Field(default=Path(), exclude=True)
+
+    @property
+    def rules_path(self) -> Path:
+        return self.directory / self.rules
+
+    @property
+    def regression_path(self) -> Path:
+        return self.directory / self.regression
+
+    @property
+    def brief_path(self) -> Path:
+        return self.directory / "brief.md"
+
+    @property
+    def root_cause_path(self) -> Path:
+        return self.directory / "root_cause.md"
+
+    def fixes(self) -> list[Path]:
+        return sorted((self.directory / "fixes").glob("*.patch"))
+
+    def decoys(self) -> list[Path]:
+        return sorted((self.directory / "decoys").glob("*.patch"))
+
+    def source_path(self, repo_root: Path) -> Path:
+        return (repo_root / self.service.source).resolve()
+
+
+def _format_validation(file: Path, err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"{file}: {field}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    """Load and validate a scenario from its directory (or its scenario.toml).
+
+    Raises ScenarioError whose message names the file, the field and the problem.
+    """
+    path = Path(path)
+    directory = path.parent if path.name == "scenario.toml" else path
+    file = directory / "scenario.toml"
+    if not file.is_file():
+        raise ScenarioError(f"{file}: no such file (a scenario is a directory with scenario.toml)")
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{file}: not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{file}: not UTF-8 text: {exc}") from exc
+    if "directory" in data:
+        raise ScenarioError(f"{file}: directory: not a scenario.toml field")
+    try:
+        scenario = Scenario.model_validate({**data, "directory": directory.resolve()})
+    except ValidationError as exc:
+        raise ScenarioError(_format_validation(file, exc)) from exc
+    for label, required in (
+        ("rules", scenario.rules_path),
+        ("regression", scenario.regression_path),
+        ("brief", scenario.brief_path),
+        ("root cause", scenario.root_cause_path),
+    ):
+        if not required.is_file():
+            raise ScenarioError(f"{file}: {label}: {required.name} is missing in {directory}")
+    return scenario
+
+
+def discover(root: Path) -> list[Scenario]:
+    """Every scenario under `root` (each subdirectory holding a scenario.toml), by name."""
+    return [load_scenario(p.parent) for p in sorted(root.glob("*/scenario.toml"))]

@@ -1,0 +1,328 @@
+"""The mitigation oracle (v1): a pure function from recorded observations to a Verdict.
+
+No I/O: a verdict can be recomputed from record.json. Missing telemetry is never a clear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from sreforge.api.observation import AlertSample, CIResult, CIStatus
+from sreforge.api.scenario import VerifySpec
+from sreforge.api.verdict import Reason, Signal, SignalName, Verdict
+
+# A hole in the samples longer than this many sample intervals means "not observed".
+MAX_GAP_INTERVALS = 5.0
+
+
+class SampleState(StrEnum):
+    """What one sample says about the target alert, most to least trustworthy."""
+
+    CLEAR = "clear"  # valid telemetry, load delivered, target alert not firing
+    FIRING = "firing"  # valid telemetry, target alert firing
+    LOAD = "load-not-delivered"  # the service shed, dropped or failed the load
+    DOWN = "service-down"  # the service's scrape target or the alert's series vanished
+    HARNESS = "harness-fault"  # Prometheus or the load generator could not be observed
+
+
+class VerifyObservations(BaseModel):
+    """Everything the oracle needs, as recorded by the runtime."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target_alert: str
+    ci: CIResult
+    redeployed_at: float | None
+    firing_before_redeploy: frozenset[str] = frozenset()
+    samples: list[AlertSample] = []
+
+
+def classify(sample: AlertSample, target_alert: str, verify: VerifySpec) -> SampleState:
+    """Classify one sample; only CLEAR may ever count towards a clear."""
+    if sample.firing is None or sample.load is None:
+        return SampleState.HARNESS
+    if target_alert in sample.firing:
+        return SampleState.FIRING
+    if not sample.target_series_present or not sample.service_up:
+        return SampleState.DOWN
+    load = sample.load
+    if (
+        load.target_rate <= 0
+        or load.achieved_rate < verify.min_achieved_ratio * load.target_rate
+        or load.dropped_ratio > verify.max_dropped_ratio
+        or load.success_ratio is None
+        or load.success_ratio < verify.min_success_ratio
+    ):
+        return SampleState.LOAD
+    return SampleState.CLEAR
+
+
+_STATE_REASON = {
+    SampleState.FIRING: Reason.REFIRED,
+    SampleState.LOAD: Reason.LOAD_NOT_DELIVERED,
+    SampleState.DOWN: Reason.NOT_CLEARED,
+    SampleState.HARNESS: Reason.INCONCLUSIVE,
+}
+
+
+def _new_alerts(obs: VerifyObservations) -> list[str]:
+    """Alerts other than the target that go to firing after the fix, in order of first firing."""
+    seen: list[str] = []
+    previous: frozenset[str] = obs.firing_before_redeploy
+    for s in obs.samples:
+        if s.firing is None:
+            continue  # unknown: compare the next known set with the last known one
+        for name in sorted(s.firing - previous):
+            if name != obs.target_alert and name not in seen:
+                seen.append(name)
+        previous = s.firing
+    return seen
+
+
+def _signals(
+    verify: VerifySpec,
+    *,
+    ci_green: bool,
+    cleared: bool,
+    sustained: bool,
+    ttc: float | None,
+    new_alerts: Sequence[str],
+    details: dict[SignalName, str],
+) -> list[Signal]:
+    w = verify.weights
+    ttc_credit = 0.0
+    if cleared and ttc is not None:
+        ttc_credit = max(0.0, min(1.0, 1.0 - ttc / verify.clear_budget_seconds))
+    no_new = not new_alerts
+    return [
+        Signal(
+            name=SignalName.CI_GREEN,
+            value=ci_green,
+            credit=float(ci_green),
+            weight=w.ci_green,
+            detail=details.get(SignalName.CI_GREEN, ""),
+        ),
+        Signal(
+            name=SignalName.ALERT_CLEARED,
+            value=cleared,
+            credit=float(cleared),
+            weight=w.alert_cleared,
+            detail=details.get(SignalName.ALERT_CLEARED, ""),
+        ),
+        Signal(
+            name=SignalName.SUSTAINED_CLEAR,
+            value=sustained,
+            credit=float(sustained),
+            weight=w.sustained_clear,
+            detail=details.get(SignalName.SUSTAINED_CLEAR, ""),
+        ),
+        Signal(
+            name=SignalName.TIME_TO_CLEAR,
+            value=ttc,
+            credit=round(ttc_credit, 4),
+            weight=w.time_to_clear,
+            detail=details.get(SignalName.TIME_TO_CLEAR, ""),
+        ),
+        Signal(
+            name=SignalName.NO_NEW_ALERTS,
+            value=no_new,
+            credit=float(no_new),
+            weight=w.no_new_alerts,
+            detail=", ".join(new_alerts) if new_alerts else "no other alert went to firing",
+        ),
+    ]
+
+
+def _verdict(
+    verify: VerifySpec, signals: list[Signal], reason: Reason | None, message: str, **extra: object
+) -> Verdict:
+    score = round(sum(s.points for s in signals), 4)
+    passed = reason is None and score >= verify.pass_threshold
+    if reason is None:
+        reason = (
+            Reason.PASSED
+            if passed
+            else (Reason.NEW_ALERTS if extra.get("new_alerts") else Reason.NOT_CLEARED)
+        )
+        if not passed:
+            message = f"score {score:.3f} is below the pass bar {verify.pass_threshold:.2f}"
+    return Verdict.model_validate(
+        {
+            "signals": signals,
+            "score": score,
+            "pass_threshold": verify.pass_threshold,
+            "passed": passed,
+            "reason": reason,
+            "message": message,
+            **extra,
+        }
+    )
+
+
+def never_fired(verify: VerifySpec, target_alert: str, waited_seconds: float) -> Verdict:
+    """The incident never became one: it is not handed to an agent and nothing is scored."""
+    signals = _signals(
+        verify, ci_green=False, cleared=False, sustained=False, ttc=None, new_alerts=[], details={}
+    )
+    return Verdict(
+        signals=signals,
+        score=0.0,
+        pass_threshold=verify.pass_threshold,
+        passed=False,
+        reason=Reason.ALERT_NEVER_FIRED,
+        message=f"{target_alert} did not fire within {waited_seconds:.0f}s of the injection",
+    )
+
+
+def evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
+    """Score a submission from its observations (DESIGN.md, the mitigation oracle v1)."""
+    details: dict[SignalName, str] = {}
+    ci_green = obs.ci.status is CIStatus.GREEN
+    if not ci_green:
+        reason = {
+            CIStatus.REJECTED: Reason.PATCH_REJECTED,
+            CIStatus.RED: Reason.CI_RED,
+            CIStatus.ERROR: Reason.INCONCLUSIVE,
+        }[obs.ci.status]
+        details[SignalName.CI_GREEN] = obs.ci.reason
+        signals = _signals(
+            verify,
+            ci_green=False,
+            cleared=False,
+            sustained=False,
+            ttc=None,
+            new_alerts=[],
+            details=details,
+        )
+        return _verdict(verify, signals, reason, f"CI {obs.ci.status.value}: {obs.ci.reason}")
+    details[SignalName.CI_GREEN] = "build and tests passed"
+    if obs.redeployed_at is None:
+        signals = _signals(
+            verify,
+            ci_green=True,
+            cleared=False,
+            sustained=False,
+            ttc=None,
+            new_alerts=[],
+            details=details,
+        )
+        return _verdict(verify, signals, Reason.NO_REDEPLOY, "the fixed build was not redeployed")
+
+    t0 = obs.redeployed_at
+    samples = sorted((s for s in obs.samples if s.t >= t0), key=lambda s: s.t)
+    states = [classify(s, obs.target_alert, verify) for s in samples]
+    new_alerts = _new_alerts(obs.model_copy(update={"samples": samples}))
+    max_gap = MAX_GAP_INTERVALS * verify.sample_interval_seconds
+    budget_end = t0 + verify.clear_budget_seconds
+
+    # Phase 1: the first clear sample within the clear budget.
+    first = next(
+        (
+            i
+            for i, (s, st) in enumerate(zip(samples, states, strict=True))
+            if st is SampleState.CLEAR and s.t <= budget_end
+        ),
+        None,
+    )
+    if first is None:
+        before = [st for s, st in zip(samples, states, strict=True) if s.t <= budget_end]
+        if SampleState.HARNESS in before or not before:
+            reason, msg = Reason.INCONCLUSIVE, "telemetry was missing before any clear was seen"
+        elif SampleState.LOAD in before:
+            reason = Reason.LOAD_NOT_DELIVERED
+            msg = (
+                f"{obs.target_alert} was only ever absent while the load was not delivered "
+                "(dropped, shed or failed requests)"
+            )
+        elif SampleState.DOWN in before:
+            reason = Reason.NOT_CLEARED
+            msg = f"the service or {obs.target_alert}'s series vanished: never counted as a clear"
+        else:
+            reason = Reason.NOT_CLEARED
+            msg = f"{obs.target_alert} still firing {verify.clear_budget_seconds}s after redeploy"
+        details[SignalName.ALERT_CLEARED] = msg
+        signals = _signals(
+            verify,
+            ci_green=True,
+            cleared=False,
+            sustained=False,
+            ttc=None,
+            new_alerts=new_alerts,
+            details=details,
+        )
+        return _verdict(verify, signals, reason, msg, new_alerts=new_alerts)
+
+    cleared_at = samples[first].t
+    ttc = round(cleared_at - t0, 3)
+    details[SignalName.ALERT_CLEARED] = f"absent under delivered load {ttc:.1f}s after redeploy"
+    details[SignalName.TIME_TO_CLEAR] = f"{ttc:.1f}s of a {verify.clear_budget_seconds}s budget"
+
+    # Phase 2: every sample through the sustained window is clear, with no unobserved hole.
+    window_end = cleared_at + verify.sustain_seconds
+    sustained, fail_reason, msg = True, None, ""
+    last_t = cleared_at
+    for s, st in zip(samples[first:], states[first:], strict=True):
+        if s.t > window_end:
+            break
+        if s.t - last_t > max_gap:
+            sustained, fail_reason = False, Reason.INCONCLUSIVE
+            msg = f"no observation for {s.t - last_t:.1f}s at +{last_t - cleared_at:.0f}s"
+            break
+        last_t = s.t
+        if st is not SampleState.CLEAR:
+            sustained, fail_reason = False, _STATE_REASON[st]
+            msg = f"{st.value} at +{s.t - cleared_at:.1f}s of the {verify.sustain_seconds}s window"
+            break
+    else:
+        if window_end - last_t > max_gap:
+            sustained, fail_reason = False, Reason.INCONCLUSIVE
+            msg = f"the sustained window was observed only to +{last_t - cleared_at:.0f}s"
+    if sustained:
+        msg = f"clear for the whole {verify.sustain_seconds}s window under load"
+    details[SignalName.SUSTAINED_CLEAR] = msg
+    signals = _signals(
+        verify,
+        ci_green=True,
+        cleared=True,
+        sustained=sustained,
+        ttc=ttc,
+        new_alerts=new_alerts,
+        details=details,
+    )
+    return _verdict(
+        verify,
+        signals,
+        fail_reason,
+        msg if fail_reason else "the fix held under load",
+        time_to_clear_seconds=ttc,
+        cleared_at=cleared_at,
+        new_alerts=new_alerts,
+    )
+
+
+def window_complete(obs: VerifyObservations, verify: VerifySpec, now: float) -> bool:
+    """True when more observation cannot change the verdict (the loop may stop sampling)."""
+    if obs.redeployed_at is None:
+        return True
+    t0 = obs.redeployed_at
+    samples = [s for s in obs.samples if s.t >= t0]
+    states = [classify(s, obs.target_alert, verify) for s in samples]
+    first = next(
+        (
+            s.t
+            for s, st in zip(samples, states, strict=True)
+            if st is SampleState.CLEAR and s.t <= t0 + verify.clear_budget_seconds
+        ),
+        None,
+    )
+    if first is None:
+        return now > t0 + verify.clear_budget_seconds
+    if now >= first + verify.sustain_seconds:
+        return True
+    # A refire or a failed sample inside the window decides the verdict already.
+    return any(
+        st is not SampleState.CLEAR for s, st in zip(samples, states, strict=True) if s.t > first
+    )
