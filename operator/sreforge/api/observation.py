@@ -30,6 +30,7 @@ class AlertSample(_Model):
 
     t: float = Field(description="unix time of the sample")
     firing: frozenset[str] | None
+    pending: frozenset[str] = frozenset()
     target_series_present: bool = False
     service_up: bool = False
     load: LoadStats | None = None

@@ -85,6 +85,7 @@ class ServiceSpec(_Model):
     metrics_path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
     dependencies: list[Literal["redis"]] = Field(default_factory=list)
     test_timeout_seconds: Seconds = 300
+    deploy_timeout_seconds: Seconds = 60
 
 
 class Scenario(_Model):
@@ -97,6 +98,8 @@ class Scenario(_Model):
     rules: str = "rules.yml"
     regression: str = "regression.patch"
     protected: list[str] = Field(default_factory=list)
+    # PromQL selector whose presence proves the target alert's input exists (harness-owned).
+    target_series: str = 'sreforge_load_request_duration_seconds_count{job="loadgen"}'
     service: ServiceSpec
     load: LoadProfile
     verify: VerifySpec = VerifySpec()

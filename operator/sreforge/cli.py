@@ -1,0 +1,163 @@
+"""`sreforge ...`: the command line. Exit codes: 0 passed, 1 failed, 2 error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sreforge import judge
+from sreforge.api.scenario import ScenarioError, discover, load_scenario
+from sreforge.api.verdict import Reason
+from sreforge.runtime.local import LocalRun, RunOptions
+from sreforge.runtime.process import ProcessError
+
+EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+def repo_root() -> Path:
+    """The checkout holding scenarios/ and substrate/ (this file is operator/sreforge/cli.py)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def _resolve_scenario(arg: str) -> Path:
+    path = Path(arg)
+    if path.exists():
+        return path
+    named = repo_root() / "scenarios" / arg
+    return named if named.exists() else path
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        scenario = load_scenario(_resolve_scenario(args.scenario))
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    for label, file in (("--fix", args.fix), ("--rca", args.rca)):
+        if file is not None and not file.is_file():
+            print(f"error: {label} {file}: no such file", file=sys.stderr)
+            return EXIT_ERROR
+    opts = RunOptions(
+        runs_dir=args.runs_dir,
+        fix=args.fix,
+        agent=args.agent,
+        agent_model=args.agent_model,
+        rca=args.rca,
+        sustain_seconds=args.sustain_seconds,
+        control_seconds=args.control_seconds,
+        agent_timeout_seconds=args.agent_timeout,
+    )
+    try:
+        run = LocalRun(scenario, repo_root(), opts)
+        record = run.execute()
+    except (ProcessError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    run_dir = run.dir
+    if record.get("submission", {}).get("rca"):
+        judge.judge_run(run_dir)
+    _print_summary(record, run_dir)
+    if record["passed"]:
+        return EXIT_PASSED
+    if record["reason"] in (Reason.INCONCLUSIVE.value, Reason.ALERT_NEVER_FIRED.value):
+        return EXIT_ERROR
+    return EXIT_FAILED
+
+
+def _print_summary(record: dict[str, object], run_dir: Path) -> None:
+    signals = record.get("signals", {})
+    assert isinstance(signals, dict)
+    print(f"\nrun      {record['runId']}")
+    print(
+        f"verdict  {'PASSED' if record['passed'] else 'FAILED'}  reason={record['reason']}  "
+        f"score={record['score']:.3f} (pass bar {record['passThreshold']})"
+    )
+    print(f"message  {record['message']}")
+    print(f"{'signal':<16} {'value':>8} {'credit':>7} {'weight':>7}  detail")
+    for name, s in signals.items():
+        value = s["value"]
+        shown = f"{value:.1f}s" if isinstance(value, float) else str(value)
+        print(f"{name:<16} {shown:>8} {s['credit']:>7.2f} {s['weight']:>7.2f}  {s['detail']}")
+    print(f"record   {run_dir / 'record.json'}")
+
+
+def cmd_scenarios_list(args: argparse.Namespace) -> int:
+    try:
+        scenarios = discover(args.root)
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": s.name,
+                        "family": s.family,
+                        "alert": s.target_alert,
+                        "title": s.title,
+                        "fixes": len(s.fixes()),
+                        "decoys": len(s.decoys()),
+                    }
+                    for s in scenarios
+                ],
+                indent=2,
+            )
+        )
+        return 0
+    print(f"{'NAME':<28} {'FAMILY':<14} {'ALERT':<24} {'FIXES':>5} {'DECOYS':>6}  TITLE")
+    for s in scenarios:
+        print(
+            f"{s.name:<28} {s.family:<14} {s.target_alert:<24} {len(s.fixes()):>5} "
+            f"{len(s.decoys()):>6}  {s.title}"
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sreforge", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="one graded closed-loop run of a scenario on this machine")
+    run.add_argument("scenario", help="scenario directory or name under scenarios/")
+    who = run.add_mutually_exclusive_group(required=True)
+    who.add_argument("--fix", type=Path, help="a unified diff against the workspace")
+    who.add_argument("--agent", help="command run in the workspace; its edits are the patch")
+    run.add_argument("--agent-model", help="model under test (the RCA judge must differ)")
+    run.add_argument("--agent-timeout", type=int, default=1800, metavar="SECONDS")
+    run.add_argument("--rca", type=Path, help="a root-cause write-up to judge beside the verdict")
+    run.add_argument(
+        "--sustain-seconds", type=int, metavar="N", help="override the scenario's sustained window"
+    )
+    run.add_argument(
+        "--control-seconds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="observe the healthy build under load first (control run)",
+    )
+    run.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    run.set_defaults(func=cmd_run)
+
+    scen = sub.add_parser("scenarios", help="the scenario catalogue")
+    scen_sub = scen.add_subparsers(dest="scenarios_command", required=True)
+    ls = scen_sub.add_parser("list", help="list scenarios")
+    ls.add_argument("--root", type=Path, default=repo_root() / "scenarios")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_scenarios_list)
+
+    jd = sub.add_parser("judge", help="grade a run's root-cause write-up (diagnosis.json)")
+    judge.add_arguments(jd)
+    jd.set_defaults(func=judge.cli)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

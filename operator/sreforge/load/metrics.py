@@ -1,0 +1,82 @@
+"""The load generator's Prometheus series (harness-owned telemetry).
+
+Alert rules of scenarios evaluate these series, so their names and labels are an
+interface: change them only together with every `rules.yml` that uses them.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+Outcome = Literal["success", "invalid", "http_error", "timeout", "connect_error"]
+OUTCOMES: Final[tuple[Outcome, ...]] = (
+    "success",
+    "invalid",
+    "http_error",
+    "timeout",
+    "connect_error",
+)
+
+REQUESTS_TOTAL: Final = "sreforge_load_requests_total"
+REQUEST_DURATION_SECONDS: Final = "sreforge_load_request_duration_seconds"
+SCHEDULED_ITERATIONS_TOTAL: Final = "sreforge_load_scheduled_iterations_total"
+DROPPED_ITERATIONS_TOTAL: Final = "sreforge_load_dropped_iterations_total"
+IN_FLIGHT: Final = "sreforge_load_in_flight"
+TARGET_RATE: Final = "sreforge_load_target_rate"
+SCHEDULING_LAG_SECONDS: Final = "sreforge_load_scheduling_lag_seconds"
+
+DURATION_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75,
+    1.0, 1.5, 2.0, 3.0, 5.0,
+)  # fmt: skip
+LAG_BUCKETS: Final = (
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05,
+    0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
+)  # fmt: skip
+
+
+def _base(name: str, suffix: str) -> str:
+    # prometheus_client appends `_total` to counters itself.
+    return name.removesuffix(suffix)
+
+
+class LoadMetrics:
+    """The series above, in a registry of their own (never the process-global one)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            _base(REQUESTS_TOTAL, "_total"),
+            "Completed load requests by outcome.",
+            ["outcome"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            REQUEST_DURATION_SECONDS,
+            "Duration of every completed load request attempt, all outcomes.",
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.scheduled = Counter(
+            _base(SCHEDULED_ITERATIONS_TOTAL, "_total"),
+            "Iterations that came due on the constant-arrival-rate schedule.",
+            registry=r,
+        )
+        self.dropped = Counter(
+            _base(DROPPED_ITERATIONS_TOTAL, "_total"),
+            "Iterations not started: max_in_flight reached, or more than 1 s late.",
+            registry=r,
+        )
+        self.in_flight = Gauge(IN_FLIGHT, "Load requests in flight.", registry=r)
+        self.target_rate = Gauge(TARGET_RATE, "Target arrival rate (requests/s).", registry=r)
+        self.scheduling_lag = Histogram(
+            SCHEDULING_LAG_SECONDS,
+            "How late a started iteration began after its due time.",
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+        # Children of every outcome exist from the start, so the series exist at 0.
+        self.by_outcome = {o: self.requests.labels(outcome=o) for o in OUTCOMES}

@@ -1,0 +1,215 @@
+"""The CI gate: vet a submitted patch, apply it to a pristine copy, run the pristine tests.
+
+User text never reaches a shell: patches are parsed here, then applied by `git apply`
+with an argument list, in a directory git cannot mistake for part of a repository.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+
+from sreforge.api.observation import CIResult, CIStatus
+from sreforge.runtime.process import resolve_command
+
+MAX_PATCH_BYTES = 1024 * 1024  # documented limit: 1 MiB of unified diff
+OUTPUT_TAIL_CHARS = 4000
+_HEADER = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (\S+)|\+\+\+ (\S+))")
+
+
+class PatchRejected(ValueError):
+    """A patch the gate refuses before applying anything; the message is the CI feedback."""
+
+
+def _clean_path(raw: str) -> str:
+    if raw == "/dev/null":
+        return raw
+    path = raw.split("\t", 1)[0]
+    if path.startswith(("a/", "b/")):
+        path = path[2:]
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or path.startswith("/"):
+        raise PatchRejected(f"absolute path in patch: {path}")
+    if ".." in pure.parts or "\\" in path:
+        raise PatchRejected(f"path escapes the workspace: {path}")
+    if pure.parts and pure.parts[0] == ".git":
+        raise PatchRejected(f"patch touches git metadata: {path}")
+    return str(pure)
+
+
+def touched_paths(patch: str) -> list[str]:
+    """Every path a unified diff touches; raises PatchRejected on unsafe content."""
+    if len(patch.encode("utf-8", errors="replace")) > MAX_PATCH_BYTES:
+        raise PatchRejected(f"patch is larger than the {MAX_PATCH_BYTES} byte limit")
+    if "\x00" in patch:
+        raise PatchRejected("patch contains NUL bytes (binary content is not accepted)")
+    paths: list[str] = []
+    for line in patch.splitlines():
+        if line.startswith(("GIT binary patch", "Binary files ")):
+            raise PatchRejected("binary patches are not accepted")
+        if re.match(r"^(new|deleted|old) (file )?mode 120000", line) or re.match(
+            r"^new mode 120000", line
+        ):
+            raise PatchRejected("patches may not create symlinks")
+        m = _HEADER.match(line)
+        if m:
+            for raw in m.groups():
+                if raw is not None:
+                    p = _clean_path(raw)
+                    if p != "/dev/null" and p not in paths:
+                        paths.append(p)
+        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+            p = _clean_path(line.split(" ", 2)[2])
+            if p not in paths:
+                paths.append(p)
+    return paths
+
+
+def is_protected(path: str, protected: Sequence[str]) -> bool:
+    for rule in protected:
+        rule_path = rule.rstrip("/")
+        if path == rule_path or path.startswith(rule_path + "/"):
+            return True
+    return False
+
+
+def vet_patch(patch: str, protected: Sequence[str]) -> list[str]:
+    """The paths a patch changes, after refusing unsafe or protected edits."""
+    paths = touched_paths(patch)
+    if patch.strip() and not paths:
+        raise PatchRejected("not a unified diff: no file headers (--- / +++) found")
+    bad = [p for p in paths if is_protected(p, protected)]
+    if bad:
+        raise PatchRejected(f"patch edits protected paths: {', '.join(bad)}")
+    return paths
+
+
+def _git_env(tree: Path) -> dict[str, str]:
+    # Stop git from discovering an enclosing repository: paths stay relative to `tree`.
+    return {**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.parent)}
+
+
+def apply_patch(tree: Path, patch: str) -> None:
+    """Apply a unified diff (-p1) inside `tree`; raises PatchRejected with git's message."""
+    if not patch.strip():
+        return  # the empty patch: a submission that changes nothing
+    argv = ["git", "apply", "--whitespace=nowarn", "-p1", "-"]
+    for check in (True, False):
+        cmd = [*argv[:2], "--check", *argv[2:]] if check else argv
+        proc = subprocess.run(
+            cmd,
+            cwd=tree,
+            input=patch.encode(),
+            capture_output=True,
+            env=_git_env(tree),
+            timeout=60,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise PatchRejected("patch does not apply: " + proc.stderr.decode(errors="replace"))
+
+
+def diff_trees(before: Path, after: Path) -> str:
+    """A unified diff (a/ b/ prefixes) from tree `before` to tree `after`."""
+    proc = subprocess.run(
+        ["git", "diff", "--no-index", "--no-color", "--binary", "--", str(before), str(after)],
+        capture_output=True,
+        env=_git_env(before),
+        timeout=60,
+        check=False,
+    )
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(proc.stderr.decode(errors="replace"))
+    text = proc.stdout.decode(errors="replace")
+    # git names the two roots; rewrite them to a/ and b/ relative to each tree.
+    for root, prefix in ((before, "a"), (after, "b")):
+        text = text.replace(f"{prefix}{root.resolve()}/", f"{prefix}/")
+        text = text.replace(f"{prefix}/{str(root).lstrip('/')}/", f"{prefix}/")
+    return text
+
+
+def copy_tree(src: Path, dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(
+        src,
+        dest,
+        symlinks=True,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info"),
+    )
+
+
+def run_gate(
+    *,
+    pristine: Path,
+    workdir: Path,
+    patch: str,
+    protected: Sequence[str],
+    test_command: Sequence[str],
+    test_paths: Sequence[str],
+    timeout: float,
+) -> tuple[CIResult, Path | None]:
+    """Apply `patch` to a copy of `pristine` in `workdir`, restore the pristine tests, test.
+
+    Returns the CI result and, when green, the patched tree to deploy.
+    """
+    started = time.monotonic()
+    try:
+        files = vet_patch(patch, protected)
+        copy_tree(pristine, workdir)
+        apply_patch(workdir, patch)
+    except PatchRejected as exc:
+        return CIResult(
+            status=CIStatus.REJECTED,
+            reason=str(exc).strip()[:2000],
+            duration_seconds=time.monotonic() - started,
+        ), None
+    for rel in test_paths:  # the pristine tests, never the agent's
+        src, dest = pristine / rel, workdir / rel
+        if dest.exists():
+            shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
+        if src.is_dir():
+            shutil.copytree(src, dest)
+        elif src.exists():
+            shutil.copyfile(src, dest)
+    steps = [["python", "-m", "compileall", "-q", "."], list(test_command)]
+    output = ""
+    for argv in steps:
+        try:
+            proc = subprocess.run(
+                resolve_command(argv),
+                cwd=workdir,
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            )
+        except subprocess.TimeoutExpired:
+            return CIResult(
+                status=CIStatus.RED,
+                reason=f"{' '.join(argv)} timed out",
+                output_tail=output[-OUTPUT_TAIL_CHARS:],
+                files_changed=files,
+                duration_seconds=time.monotonic() - started,
+            ), None
+        output += proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+        if proc.returncode != 0:
+            return CIResult(
+                status=CIStatus.RED,
+                reason=f"`{' '.join(argv)}` exited {proc.returncode}",
+                output_tail=output[-OUTPUT_TAIL_CHARS:],
+                files_changed=files,
+                duration_seconds=time.monotonic() - started,
+            ), None
+    return CIResult(
+        status=CIStatus.GREEN,
+        reason="build and tests passed",
+        output_tail=output[-OUTPUT_TAIL_CHARS:],
+        files_changed=files,
+        duration_seconds=time.monotonic() - started,
+    ), workdir

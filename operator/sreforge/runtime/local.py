@@ -1,0 +1,591 @@
+"""The local runtime: the closed loop with processes on 127.0.0.1 and a real Prometheus.
+
+It owns all I/O of a local run; the decisions are `sreforge.loop.step` and the oracle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sreforge import loop
+from sreforge.api.observation import AlertSample, CIResult, CIStatus
+from sreforge.api.scenario import Scenario
+from sreforge.loop import Action, Phase, RunState
+from sreforge.runtime import ci
+from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_command
+from sreforge.runtime.prometheus import PrometheusServer
+from sreforge.telemetry import LOAD_JOB, Telemetry
+
+SAMPLED_PHASES = {
+    Phase.AWAITING_FIRE,
+    Phase.AWAITING_SUBMISSION,
+    Phase.CI,
+    Phase.DEPLOYING,
+    Phase.VERIFYING,
+}
+PROGRESS_EVERY_SECONDS = 5.0
+RECORD_SCHEMA = "sreforge.record.v1"
+
+# Range queries recorded into the run directory before Prometheus stops (for reports).
+SERIES = {
+    "target_rate": 'max(sreforge_load_target_rate{job="loadgen"})',
+    "achieved_rate": (
+        'sum(rate(sreforge_load_scheduled_iterations_total{job="loadgen"}[10s]))'
+        ' - sum(rate(sreforge_load_dropped_iterations_total{job="loadgen"}[10s]))'
+    ),
+    "p95_latency_seconds": (
+        "histogram_quantile(0.95, sum by (le) "
+        '(rate(sreforge_load_request_duration_seconds_bucket{job="loadgen"}[10s])))'
+    ),
+    "error_ratio": (
+        'sum(rate(sreforge_load_requests_total{job="loadgen",outcome!="success"}[10s]))'
+        ' / sum(rate(sreforge_load_requests_total{job="loadgen"}[10s]))'
+    ),
+}
+
+
+@dataclass
+class RunOptions:
+    """How one local run gets its submission and where it writes."""
+
+    runs_dir: Path
+    fix: Path | None = None
+    agent: str | None = None
+    agent_model: str | None = None
+    rca: Path | None = None
+    sustain_seconds: int | None = None
+    control_seconds: int = 0
+    agent_timeout_seconds: int = 1800
+    progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr))
+
+
+def _iso(t: float | None) -> str | None:
+    return None if t is None else datetime.fromtimestamp(t, tz=UTC).isoformat()
+
+
+def new_run_id(scenario: str) -> str:
+    stamp = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{scenario}-{stamp}-{secrets.token_hex(2)}"
+
+
+class LocalRun:
+    """One graded run of a scenario on this machine."""
+
+    def __init__(self, scenario: Scenario, repo_root: Path, options: RunOptions) -> None:
+        if (options.fix is None) == (options.agent is None):
+            raise ValueError("give exactly one of a fix patch or an agent command")
+        verify = scenario.verify
+        if options.sustain_seconds is not None:
+            verify = verify.model_copy(update={"sustain_seconds": options.sustain_seconds})
+        self.scenario = scenario.model_copy(update={"verify": verify})
+        self.repo_root = repo_root
+        self.opts = options
+        self.run_id = new_run_id(scenario.name)
+        self.dir = (options.runs_dir / self.run_id).resolve()
+        self.dir.mkdir(parents=True)
+        self.state = RunState(run_id=self.run_id, target_alert=scenario.target_alert, verify=verify)
+        self.procs: list[Managed] = []
+        self.service: Managed | None = None
+        self.service_port = 0
+        self.loadgen: Managed | None = None
+        self.loadgen_port = 0
+        self.prom: PrometheusServer | None = None
+        self.telemetry: Telemetry | None = None
+        self.redis_url: str | None = None
+        self.patch_text = ""
+        self.patched_tree: Path | None = None
+        self.wall: dict[str, float] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sreforge-job")
+        self._job: Future[loop.Event] | None = None
+        self._last_progress = 0.0
+        self.t_begin = time.time()
+
+    # ----- trees -------------------------------------------------------------------
+    def _prepare_trees(self) -> None:
+        src = self.scenario.source_path(self.repo_root)
+        if not src.is_dir():
+            raise ProcessError(f"service source {src} does not exist")
+        self.healthy = self.dir / "trees" / "healthy"
+        self.regressed = self.dir / "trees" / "regressed"
+        ci.copy_tree(src, self.healthy)
+        ci.copy_tree(src, self.regressed)
+        try:
+            ci.apply_patch(self.regressed, self.scenario.regression_path.read_text("utf-8"))
+        except ci.PatchRejected as exc:
+            raise ProcessError(f"{self.scenario.regression_path}: {exc}") from exc
+        self.data_dir = self.dir / "data"
+        self.data_dir.mkdir()
+
+    # ----- processes ---------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str], **kw: Any) -> Managed:
+        proc = Managed(name, argv, log_path=self.dir / "logs" / f"{name}.log", **kw)
+        self.procs.append(proc)
+        return proc
+
+    def _service_env(self, port: int) -> dict[str, str]:
+        env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": str(self.data_dir)}
+        if self.redis_url:
+            env["REDIS_URL"] = self.redis_url
+        return env
+
+    def _start_service(self, tree: Path, label: str) -> tuple[Managed, int]:
+        port = free_port()
+        svc = self.scenario.service
+        proc = self._spawn(
+            f"{svc.name}-{label}", svc.command, cwd=tree, env=self._service_env(port)
+        )
+        proc.wait_http(f"http://127.0.0.1:{port}{svc.health_path}", svc.deploy_timeout_seconds)
+        return proc, port
+
+    def _swap_service(self, tree: Path, label: str) -> None:
+        """Start `tree` beside the running build, move the load and the scrape, stop the old."""
+        new, port = self._start_service(tree, label)
+        old = self.service
+        self.service, self.service_port = new, port
+        assert self.prom is not None
+        self.prom.set_targets(self.scenario.service.name, [f"127.0.0.1:{port}"])
+        if self.loadgen is not None:
+            self._post_json(
+                f"http://127.0.0.1:{self.loadgen_port}/target", {"url": f"http://127.0.0.1:{port}"}
+            )
+        if old is not None:
+            old.stop()
+
+    @staticmethod
+    def _post_json(url: str, body: dict[str, Any]) -> None:
+        req = urllib.request.Request(
+            url,
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            if resp.status != 200:
+                raise ProcessError(f"{url} answered {resp.status}")
+
+    def _setup(self) -> None:
+        t0 = time.time()
+        self._prepare_trees()
+        svc = self.scenario.service
+        if svc.prepare:
+            argv = [a.replace("{data_dir}", str(self.data_dir)) for a in svc.prepare]
+            self._say(f"preparing data: {' '.join(argv)}")
+            subprocess.run(
+                resolve_command(argv),
+                cwd=self.healthy,
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
+        if "redis" in svc.dependencies:
+            port = free_port()
+            redis = self._spawn(
+                "redis",
+                [
+                    shutil.which("redis-server") or "redis-server",
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ],
+            )
+            deadline = time.monotonic() + 10
+            while not _tcp_ready(port):
+                if not redis.alive() or time.monotonic() > deadline:
+                    raise redis.fail("did not listen")
+                time.sleep(0.05)
+            self.redis_url = f"redis://127.0.0.1:{port}/0"
+        self.prom = PrometheusServer(
+            self.dir / "prometheus", [self.scenario.rules_path], [svc.name, LOAD_JOB]
+        )
+        self.prom.start()
+        self.procs.append(self.prom.proc)  # type: ignore[arg-type]
+        self.telemetry = Telemetry(
+            self.prom.url, target_series=self.scenario.target_series, service_job=svc.name
+        )
+        self._say("starting the healthy build under load")
+        self._swap_service(self.healthy, "healthy")
+        port_file = self.dir / "loadgen.port"
+        profile = self.scenario.load.model_dump_json()
+        self.loadgen = self._spawn(
+            "loadgen",
+            [
+                "python",
+                "-m",
+                "sreforge.load",
+                "--target",
+                f"http://127.0.0.1:{self.service_port}",
+                "--profile-json",
+                profile,
+                "--listen",
+                "127.0.0.1:0",
+                "--port-file",
+                str(port_file),
+            ],
+            env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+        self.loadgen_port = int(self.loadgen.wait_file(port_file, 20))
+        self.prom.set_targets(LOAD_JOB, [f"127.0.0.1:{self.loadgen_port}"])
+        deadline = time.monotonic() + 30
+        while self.telemetry.load() is None:  # the first scrape with a rate
+            if time.monotonic() > deadline:
+                raise ProcessError("Prometheus saw no load-generator metrics within 30s")
+            time.sleep(0.5)
+        if self.opts.control_seconds:
+            self._control_window()
+        self.wall["setup"] = time.time() - t0
+
+    def _control_window(self) -> None:
+        """Observe the healthy build under the same load: the target alert must stay quiet."""
+        assert self.telemetry is not None
+        self._say(f"control: healthy build under load for {self.opts.control_seconds}s")
+        end = time.time() + self.opts.control_seconds
+        fired = False
+        while time.time() < end:
+            alerts = self.telemetry.alerts()
+            fired = fired or bool(alerts and self.scenario.target_alert in alerts[0])
+            time.sleep(1)
+        self.control = {"seconds": self.opts.control_seconds, "targetFired": fired}
+
+    # ----- actions -----------------------------------------------------------------
+    def _act(self, action: Action) -> loop.Event | None:
+        now = time.time
+        match action:
+            case Action.INJECT:
+                self._say("inject: swapping in the regressed build")
+                self._swap_service(self.regressed, "regressed")
+                return loop.Injected(t=now())
+            case Action.SAMPLE | Action.FINISH:
+                return None
+            case Action.HAND_OFF:
+                self._say(f"{self.scenario.target_alert} is firing: handing off to the agent")
+                self._job = self._pool.submit(self._obtain_submission)
+                return None
+            case Action.RUN_CI:
+                self._job = self._pool.submit(self._run_ci)
+                return None
+            case Action.DEPLOY:
+                self._job = self._pool.submit(self._deploy)
+                return None
+            case Action.RECORD:
+                self._record()
+                return None
+            case Action.RESTORE:
+                t0 = time.time()
+                try:
+                    if self.service is not None and self.prom is not None:
+                        self._swap_service(self.regressed, "baseline")
+                finally:
+                    self.wall["restore"] = time.time() - t0
+                return loop.Restored(t=now())
+        return None
+
+    def _handoff_brief(self) -> Path:
+        handoff = self.dir / "handoff"
+        handoff.mkdir(exist_ok=True)
+        brief = handoff / "brief.md"
+        brief.write_text(self.scenario.brief_path.read_text("utf-8"), encoding="utf-8")
+        return brief
+
+    def _obtain_submission(self) -> loop.Event:
+        t0 = time.time()
+        brief = self._handoff_brief()
+        workspace = self.dir / "workspace"
+        ci.copy_tree(self.regressed, workspace)
+        kind = "fix"
+        if self.opts.fix is not None:
+            self.patch_text = self.opts.fix.read_text(encoding="utf-8", errors="replace")
+        else:
+            kind = "agent"
+            assert self.opts.agent is not None
+            argv = shlex.split(self.opts.agent)
+            self._say(f"running the agent: {argv[0]} (timeout {self.opts.agent_timeout_seconds}s)")
+            with (self.dir / "logs" / "agent.log").open("ab") as log:
+                try:
+                    subprocess.run(
+                        argv,
+                        cwd=workspace,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        timeout=self.opts.agent_timeout_seconds,
+                        check=False,
+                        env={
+                            **_env(),
+                            "SREFORGE_WORKSPACE": str(workspace),
+                            "SREFORGE_BRIEF": str(brief),
+                            "SREFORGE_ALERT": self.scenario.target_alert,
+                        },
+                    )
+                except subprocess.TimeoutExpired:
+                    self._say("agent timed out: grading what it left in the workspace")
+            rca = workspace / "rca.txt"
+            if rca.is_file():
+                shutil.move(rca, self.dir / "rca.txt")
+            self.patch_text = ci.diff_trees(self.regressed, workspace)
+        if self.opts.rca is not None:
+            shutil.copyfile(self.opts.rca, self.dir / "rca.txt")
+        (self.dir / "submission.patch").write_text(self.patch_text, encoding="utf-8")
+        self.submission_kind = kind
+        self.wall["agent"] = time.time() - t0
+        return loop.Submitted(t=time.time())
+
+    def _run_ci(self) -> loop.Event:
+        self._say("CI: applying the patch to a pristine copy and running the pristine tests")
+        svc = self.scenario.service
+        result, tree = ci.run_gate(
+            pristine=self.regressed,
+            workdir=self.dir / "trees" / "patched",
+            patch=self.patch_text,
+            protected=self.scenario.protected,
+            test_command=svc.test_command,
+            test_paths=[p for p in self.scenario.protected if (self.regressed / p).exists()],
+            timeout=svc.test_timeout_seconds,
+        )
+        self.patched_tree = tree
+        self.wall["ci"] = result.duration_seconds
+        self._say(f"CI {result.status.value}: {result.reason}")
+        return loop.CIFinished(t=time.time(), result=result)
+
+    def _deploy(self) -> loop.Event:
+        t0 = time.time()
+        assert self.patched_tree is not None
+        self._say("deploy: rolling out the patched build")
+        try:
+            self._swap_service(self.patched_tree, "patched")
+        except ProcessError as exc:
+            self.wall["deploy"] = time.time() - t0
+            self._say(f"deploy failed: {str(exc).splitlines()[0]}")
+            self.deploy_error = str(exc)
+            return loop.DeployFailed(t=time.time(), reason=str(exc)[:2000])
+        self.wall["deploy"] = time.time() - t0
+        return loop.Deployed(t=time.time())
+
+    # ----- the drive loop ----------------------------------------------------------
+    def execute(self) -> dict[str, Any]:
+        """Run the whole loop; returns the record (also written to record.json)."""
+        try:
+            try:
+                self._setup()
+            except (ProcessError, OSError, subprocess.SubprocessError) as exc:
+                self._say(f"setup failed: {exc}")
+                actions: deque[Action] = deque(loop.step(self.state, loop.Start(t=time.time())))
+                actions = deque(loop.step(self.state, loop.Fault(t=time.time(), reason=str(exc))))
+                actions = deque(a for a in actions if a is not Action.RESTORE)
+                self._drain(actions)
+                self.state.phase = Phase.DONE
+                return self.record
+            self._drive()
+            return self.record
+        except KeyboardInterrupt:
+            self._say("interrupted: recording an Inconclusive verdict and cleaning up")
+            if self.state.verdict is None:
+                loop.step(self.state, loop.Fault(t=time.time(), reason="interrupted"))
+                self._record()
+            raise
+        finally:
+            self._teardown()
+
+    def _drain(self, actions: deque[Action]) -> None:
+        while actions:
+            try:
+                event = self._act(actions.popleft())
+            except (ProcessError, OSError, subprocess.SubprocessError) as exc:
+                event = loop.Fault(t=time.time(), reason=str(exc)[:2000])
+            if event is not None:
+                actions.extend(loop.step(self.state, event))
+
+    def _drive(self) -> None:
+        assert self.telemetry is not None
+        actions: deque[Action] = deque(loop.step(self.state, loop.Start(t=time.time())))
+        interval = self.scenario.verify.sample_interval_seconds
+        next_sample = time.time()
+        while self.state.phase is not Phase.DONE:
+            self._drain(actions)
+            if self.state.phase is Phase.DONE:
+                break
+            if self._job is not None and self._job.done():
+                job, self._job = self._job, None
+                try:
+                    event = job.result()
+                except (ProcessError, OSError, subprocess.SubprocessError, ValueError) as exc:
+                    event = loop.Fault(t=time.time(), reason=f"{type(exc).__name__}: {exc}")
+                actions.extend(loop.step(self.state, event))
+                continue
+            if self.state.phase in SAMPLED_PHASES:
+                delay = next_sample - time.time()
+                if delay > 0:
+                    time.sleep(min(delay, 0.1))
+                    continue
+                next_sample += interval
+                sample = self.telemetry.sample()
+                self._progress(sample)
+                actions.extend(loop.step(self.state, loop.Sampled(sample=sample)))
+            else:
+                time.sleep(0.05)
+
+    # ----- output ------------------------------------------------------------------
+    def _say(self, line: str) -> None:
+        self.opts.progress(f"[{time.time() - self.t_begin:6.1f}s] {line}")
+
+    def _progress(self, s: AlertSample) -> None:
+        if time.time() - self._last_progress < PROGRESS_EVERY_SECONDS:
+            return
+        self._last_progress = time.time()
+        target = self.scenario.target_alert
+        if s.firing is None:
+            alert = "prometheus unreachable"
+        else:
+            alert = (
+                "firing"
+                if target in s.firing
+                else ("pending" if target in s.pending else "inactive")
+            )
+        load = (
+            f"load {s.load.achieved_rate:.1f}/{s.load.target_rate:.0f} rps"
+            if s.load
+            else "load unknown"
+        )
+        self._say(f"{self.state.phase.value:<19} {target}={alert:<8} {load}")
+
+    def _timeline(self) -> list[dict[str, Any]]:
+        return [s.model_dump(mode="json") for s in self.state.samples]
+
+    def _record(self) -> None:
+        st = self.state
+        verdict = st.verdict
+        assert verdict is not None
+        if self.telemetry is not None and st.started_at:
+            end = time.time()
+            series = {
+                name: self.telemetry.query_range(q, st.started_at, end, 1.0)
+                for name, q in SERIES.items()
+            }
+            (self.dir / "metrics.json").write_text(json.dumps(series), encoding="utf-8")
+        loadstats: dict[str, Any] = {"targetRate": self.scenario.load.rate}
+        if self.loadgen_port:
+            with contextlib.suppress(OSError, ValueError):
+                url = f"http://127.0.0.1:{self.loadgen_port}/stats"
+                with urllib.request.urlopen(url, timeout=3) as resp:
+                    loadstats["generator"] = json.loads(resp.read())
+        verify_loads = [
+            s.load for s in st.samples if s.load and st.redeployed_at and s.t >= st.redeployed_at
+        ]
+        if verify_loads:
+            loadstats["verifyAchievedRateMean"] = round(
+                sum(x.achieved_rate for x in verify_loads) / len(verify_loads), 2
+            )
+            loadstats["verifyDroppedRatioMax"] = max(x.dropped_ratio for x in verify_loads)
+        wall = dict(self.wall)
+        if st.fired_at and st.injected_at:
+            wall["fireWait"] = st.fired_at - st.injected_at
+        if st.redeployed_at:
+            wall["verify"] = time.time() - st.redeployed_at
+        wall["total"] = time.time() - self.t_begin
+        ci_res = st.ci or CIResult(status=CIStatus.ERROR, reason="CI did not run")
+        self.record: dict[str, Any] = {
+            "schema": RECORD_SCHEMA,
+            "runId": self.run_id,
+            "scenario": {
+                "name": self.scenario.name,
+                "path": str(self.scenario.directory),
+                "title": self.scenario.title,
+                "targetAlert": self.scenario.target_alert,
+            },
+            "submission": {
+                "kind": getattr(self, "submission_kind", "fix" if self.opts.fix else "agent"),
+                "source": str(self.opts.fix) if self.opts.fix else self.opts.agent,
+                "patch": "submission.patch" if (self.dir / "submission.patch").exists() else None,
+                "rca": "rca.txt" if (self.dir / "rca.txt").exists() else None,
+                "agentModel": self.opts.agent_model,
+                "filesChanged": ci_res.files_changed,
+            },
+            "passed": verdict.passed,
+            "score": verdict.score,
+            "passThreshold": verdict.pass_threshold,
+            "reason": verdict.reason.value,
+            "message": verdict.message,
+            "signals": {
+                s.name.value: {
+                    "value": s.value,
+                    "credit": s.credit,
+                    "weight": s.weight,
+                    "detail": s.detail,
+                }
+                for s in verdict.signals
+            },
+            "weights": self.scenario.verify.weights.model_dump(),
+            "verify": self.scenario.verify.model_dump(exclude={"weights"}),
+            "timestamps": {
+                "started": _iso(st.started_at),
+                "injected": _iso(st.injected_at),
+                "fired": _iso(st.fired_at),
+                "handedOff": _iso(st.handed_off_at),
+                "submitted": _iso(st.submitted_at),
+                "ciFinished": _iso(st.ci_finished_at),
+                "redeployed": _iso(st.redeployed_at),
+                "cleared": _iso(verdict.cleared_at),
+                "recorded": _iso(time.time()),
+            },
+            "timeToClearSeconds": verdict.time_to_clear_seconds,
+            "newAlerts": verdict.new_alerts,
+            "ci": {
+                "status": ci_res.status.value,
+                "reason": ci_res.reason,
+                "outputTail": ci_res.output_tail,
+                "durationSeconds": round(ci_res.duration_seconds, 3),
+            },
+            "load": loadstats,
+            "control": getattr(self, "control", None),
+            "fault": st.fault,
+            "wallTimeSeconds": {k: round(v, 3) for k, v in wall.items()},
+            "verdict": verdict.model_dump(mode="json"),
+            "timeline": self._timeline(),
+        }
+        _write_json(self.dir / "record.json", self.record)
+        _write_json(self.dir / "state.json", st.model_dump(mode="json"))
+
+    def _teardown(self) -> None:
+        if self._job is not None:
+            self._job.cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for proc in reversed(self.procs):
+            with contextlib.suppress(Exception):
+                proc.stop()
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def _tcp_ready(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+    tmp.replace(path)
