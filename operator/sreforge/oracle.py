@@ -91,12 +91,14 @@ def _signals(
     ttc: float | None,
     new_alerts: Sequence[str],
     details: dict[SignalName, str],
+    observed: bool = True,
 ) -> list[Signal]:
     w = verify.weights
     ttc_credit = 0.0
     if cleared and ttc is not None:
         ttc_credit = max(0.0, min(1.0, 1.0 - ttc / verify.clear_budget_seconds))
-    no_new = not new_alerts
+    # Nothing observed after a fix (fail-closed paths) earns nothing for "no new alerts".
+    no_new = not new_alerts and observed
     return [
         Signal(
             name=SignalName.CI_GREEN,
@@ -131,7 +133,9 @@ def _signals(
             value=no_new,
             credit=float(no_new),
             weight=w.no_new_alerts,
-            detail=", ".join(new_alerts) if new_alerts else "no other alert went to firing",
+            detail=", ".join(new_alerts)
+            if new_alerts
+            else ("no other alert went to firing" if observed else "not observed"),
         ),
     ]
 
@@ -165,7 +169,14 @@ def _verdict(
 def never_fired(verify: VerifySpec, target_alert: str, waited_seconds: float) -> Verdict:
     """The incident never became one: it is not handed to an agent and nothing is scored."""
     signals = _signals(
-        verify, ci_green=False, cleared=False, sustained=False, ttc=None, new_alerts=[], details={}
+        verify,
+        ci_green=False,
+        cleared=False,
+        sustained=False,
+        ttc=None,
+        new_alerts=[],
+        details={},
+        observed=False,
     )
     return Verdict(
         signals=signals,
@@ -196,6 +207,7 @@ def evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
             ttc=None,
             new_alerts=[],
             details=details,
+            observed=False,
         )
         return _verdict(verify, signals, reason, f"CI {obs.ci.status.value}: {obs.ci.reason}")
     details[SignalName.CI_GREEN] = "build and tests passed"
@@ -208,6 +220,7 @@ def evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
             ttc=None,
             new_alerts=[],
             details=details,
+            observed=False,
         )
         return _verdict(verify, signals, Reason.NO_REDEPLOY, "the fixed build was not redeployed")
 

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
@@ -115,22 +116,22 @@ def apply_patch(tree: Path, patch: str) -> None:
 
 
 def diff_trees(before: Path, after: Path) -> str:
-    """A unified diff (a/ b/ prefixes) from tree `before` to tree `after`."""
-    proc = subprocess.run(
-        ["git", "diff", "--no-index", "--no-color", "--binary", "--", str(before), str(after)],
-        capture_output=True,
-        env=_git_env(before),
-        timeout=60,
-        check=False,
-    )
+    """A unified diff with a/ and b/ prefixes from tree `before` to tree `after`."""
+    with tempfile.TemporaryDirectory(prefix="sreforge-diff-") as tmp:
+        # Named a/ and b/ side by side, `--no-prefix` yields exactly a/<path> and b/<path>.
+        copy_tree(before, Path(tmp) / "a")
+        copy_tree(after, Path(tmp) / "b")
+        proc = subprocess.run(
+            ["git", "diff", "--no-index", "--no-prefix", "--no-color", "--binary", "a", "b"],
+            cwd=tmp,
+            capture_output=True,
+            env=_git_env(Path(tmp)),
+            timeout=60,
+            check=False,
+        )
     if proc.returncode not in (0, 1):
         raise RuntimeError(proc.stderr.decode(errors="replace"))
-    text = proc.stdout.decode(errors="replace")
-    # git names the two roots; rewrite them to a/ and b/ relative to each tree.
-    for root, prefix in ((before, "a"), (after, "b")):
-        text = text.replace(f"{prefix}{root.resolve()}/", f"{prefix}/")
-        text = text.replace(f"{prefix}/{str(root).lstrip('/')}/", f"{prefix}/")
-    return text
+    return proc.stdout.decode(errors="replace")
 
 
 def copy_tree(src: Path, dest: Path) -> None:

@@ -1,0 +1,214 @@
+"""The mitigation oracle: pure, tested without servers."""
+
+from __future__ import annotations
+
+import pytest
+
+from sreforge import oracle
+from sreforge.api import AlertSample, CIResult, CIStatus, LoadStats, Reason, VerifySpec
+
+TARGET = "CatalogLatencyHigh"
+VERIFY = VerifySpec(sustain_seconds=30, clear_budget_seconds=60)
+GOOD_LOAD = LoadStats(target_rate=50, achieved_rate=50, dropped_ratio=0.0, success_ratio=1.0)
+GREEN = CIResult(status=CIStatus.GREEN, reason="ok")
+T0 = 1_000.0
+
+
+def sample(t: float, firing: set[str] | None = frozenset(), **kw: object) -> AlertSample:
+    base: dict[str, object] = {
+        "t": T0 + t,
+        "firing": None if firing is None else frozenset(firing),
+        "target_series_present": True,
+        "service_up": True,
+        "load": GOOD_LOAD,
+    }
+    base.update(kw)
+    return AlertSample.model_validate(base)
+
+
+def observe(
+    samples: list[AlertSample],
+    ci: CIResult = GREEN,
+    redeployed: bool = True,
+    before: frozenset[str] = frozenset({TARGET}),
+) -> oracle.VerifyObservations:
+    return oracle.VerifyObservations(
+        target_alert=TARGET,
+        ci=ci,
+        redeployed_at=T0 if redeployed else None,
+        firing_before_redeploy=before,
+        samples=samples,
+    )
+
+
+def firing_until(clear_at: int, end: int, extra: dict[int, set[str]] | None = None) -> list:
+    out = []
+    for t in range(end + 1):
+        names = {TARGET} if t < clear_at else set()
+        names |= (extra or {}).get(t, set())
+        out.append(sample(t, names))
+    return out
+
+
+def test_clean_fix_passes_with_time_to_clear_credit() -> None:
+    v = oracle.evaluate(observe(firing_until(12, 12 + 31)), VERIFY)
+    assert v.passed
+    assert v.reason is Reason.PASSED
+    assert v.time_to_clear_seconds == 12
+    assert v.signal("time_to_clear").credit == pytest.approx(1 - 12 / 60)
+    assert v.score == pytest.approx(0.25 + 0.35 + 0.20 + 0.1 * 0.8 + 0.10)
+
+
+def test_a_flap_cannot_pass() -> None:
+    samples = firing_until(5, 60)
+    samples = [s if not 20 <= s.t - T0 <= 30 else sample(s.t - T0, {TARGET}) for s in samples]
+    v = oracle.evaluate(observe(samples), VERIFY)
+    assert not v.passed
+    assert v.reason is Reason.REFIRED
+    assert v.signal("alert_cleared").credit == 1.0
+    assert v.signal("sustained_clear").credit == 0.0
+    assert v.score <= 0.80  # ci 0.25 + cleared 0.35 + ttc 0.10 + no-new 0.10 at most
+
+
+def test_flap_ceiling_holds_for_every_time_to_clear() -> None:
+    for clear_at in range(0, 60, 7):
+        samples = firing_until(clear_at, clear_at + 40)
+        samples[clear_at + 15] = sample(clear_at + 15, {TARGET})  # inside the window
+        v = oracle.evaluate(observe(samples), VERIFY)
+        assert not v.passed
+        assert v.score < VERIFY.pass_threshold
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        (CIStatus.RED, Reason.CI_RED),
+        (CIStatus.REJECTED, Reason.PATCH_REJECTED),
+        (CIStatus.ERROR, Reason.INCONCLUSIVE),
+    ],
+)
+def test_fail_closed_on_ci_not_green_even_if_alert_clears(status: CIStatus, reason: Reason) -> None:
+    v = oracle.evaluate(
+        observe(firing_until(0, 40), ci=CIResult(status=status, reason="x")), VERIFY
+    )
+    assert not v.passed
+    assert v.reason is reason
+    assert v.score == 0.0
+
+
+def test_fail_closed_without_redeploy() -> None:
+    v = oracle.evaluate(observe(firing_until(0, 40), redeployed=False), VERIFY)
+    assert not v.passed
+    assert v.reason is Reason.NO_REDEPLOY
+    assert v.score == 0.25
+
+
+def test_prometheus_unreachable_is_never_clear() -> None:
+    samples = [sample(t, None) for t in range(70)]
+    v = oracle.evaluate(observe(samples), VERIFY)
+    assert not v.passed
+    assert v.reason is Reason.INCONCLUSIVE
+    assert v.signal("alert_cleared").value is False
+
+
+def test_prometheus_dying_inside_the_window_is_not_a_pass() -> None:
+    samples = firing_until(5, 20) + [sample(t, None) for t in range(21, 50)]
+    v = oracle.evaluate(observe(samples), VERIFY)
+    assert not v.passed
+    assert v.reason is Reason.INCONCLUSIVE
+
+
+def test_no_samples_at_all_is_inconclusive_not_cleared() -> None:
+    v = oracle.evaluate(observe([]), VERIFY)
+    assert not v.passed
+    assert v.reason is Reason.INCONCLUSIVE
+
+
+def test_gap_in_observation_breaks_sustained() -> None:
+    samples = [s for s in firing_until(5, 45) if not 15 <= s.t - T0 <= 25]
+    v = oracle.evaluate(observe(samples), VERIFY)
+    assert not v.passed
+    assert v.signal("sustained_clear").value is False
+
+
+def test_vanished_series_or_dead_service_is_not_clear() -> None:
+    down = [sample(t, set(), service_up=False) for t in range(70)]
+    v = oracle.evaluate(observe(down), VERIFY)
+    assert not v.passed
+    assert v.reason is Reason.NOT_CLEARED
+    gone = [sample(t, set(), target_series_present=False) for t in range(70)]
+    assert not oracle.evaluate(observe(gone), VERIFY).passed
+
+
+def test_missing_load_telemetry_is_not_clear() -> None:
+    v = oracle.evaluate(observe([sample(t, set(), load=None) for t in range(70)]), VERIFY)
+    assert not v.passed
+    assert v.reason is Reason.INCONCLUSIVE
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        LoadStats(target_rate=50, achieved_rate=20, dropped_ratio=0.0, success_ratio=1.0),
+        LoadStats(target_rate=50, achieved_rate=50, dropped_ratio=0.3, success_ratio=1.0),
+        LoadStats(target_rate=50, achieved_rate=50, dropped_ratio=0.0, success_ratio=0.4),
+        LoadStats(target_rate=50, achieved_rate=50, dropped_ratio=0.0, success_ratio=None),
+    ],
+    ids=["shed", "dropped", "errors-as-fast-responses", "no-responses"],
+)
+def test_clear_only_counts_while_load_is_delivered(load: LoadStats) -> None:
+    samples = [sample(t, set(), load=load) for t in range(70)]
+    v = oracle.evaluate(observe(samples), VERIFY)
+    assert not v.passed
+    assert v.reason is Reason.LOAD_NOT_DELIVERED
+    assert v.signal("alert_cleared").value is False
+
+
+def test_new_alert_after_fix_costs_its_weight_and_is_named() -> None:
+    samples = firing_until(3, 40, extra={t: {"CatalogErrorRateHigh"} for t in range(20, 41)})
+    v = oracle.evaluate(observe(samples), VERIFY)
+    assert v.new_alerts == ["CatalogErrorRateHigh"]
+    assert v.signal("no_new_alerts").credit == 0.0
+    # Cleared fast and held: 0.25 + 0.35 + 0.20 + 0.095 = 0.895 still passes; the bar decides.
+    assert v.passed
+    slow = firing_until(40, 75, extra={t: {"CatalogErrorRateHigh"} for t in range(50, 76)})
+    v2 = oracle.evaluate(observe(slow), VERIFY)
+    assert not v2.passed
+    assert v2.reason is Reason.NEW_ALERTS
+
+
+def test_alert_already_firing_before_the_fix_is_not_new() -> None:
+    samples = firing_until(3, 40, extra={t: {"CatalogDown"} for t in range(0, 5)})
+    v = oracle.evaluate(observe(samples, before=frozenset({TARGET, "CatalogDown"})), VERIFY)
+    assert v.new_alerts == []
+
+
+def test_clear_after_budget_does_not_count() -> None:
+    v = oracle.evaluate(observe(firing_until(61, 100)), VERIFY)
+    assert not v.passed
+    assert v.reason is Reason.NOT_CLEARED
+
+
+def test_window_complete_stops_on_refire_and_after_window() -> None:
+    samples = firing_until(5, 10)
+    obs = observe(samples)
+    assert not oracle.window_complete(obs, VERIFY, T0 + 10)
+    assert oracle.window_complete(observe(firing_until(5, 36)), VERIFY, T0 + 36)
+    refired = [*samples, sample(11, {TARGET})]
+    assert oracle.window_complete(observe(refired), VERIFY, T0 + 11)
+    assert oracle.window_complete(observe(firing_until(100, 61)), VERIFY, T0 + 61)
+
+
+def test_verdict_recomputes_from_its_json() -> None:
+    obs = observe(firing_until(8, 45))
+    again = oracle.VerifyObservations.model_validate_json(obs.model_dump_json())
+    assert oracle.evaluate(again, VERIFY) == oracle.evaluate(obs, VERIFY)
+
+
+def test_weights_must_sum_to_one() -> None:
+    from pydantic import ValidationError
+
+    from sreforge.api import Weights
+
+    with pytest.raises(ValidationError, match="sum to 1.0"):
+        Weights(ci_green=0.5)
