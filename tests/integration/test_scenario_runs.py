@@ -79,7 +79,8 @@ FAILING = [
     ("empty", "alert_cleared", {"NotCleared"}),
     ("break-tests.patch", "ci_green", {"CIRed"}),
     ("short-ttl.patch", "sustained_clear", {"Refired", "NotCleared"}),
-    ("blocking-warmup.patch", "alert_cleared", {"NoRedeploy", "LoadNotDelivered", "NotCleared"}),
+    ("shed-load.patch", "alert_cleared", {"LoadNotDelivered"}),
+    ("background-refresh.patch", "alert_cleared", {"NotCleared", "Refired"}),
     ("fake-metrics.patch", "alert_cleared", {"NotCleared"}),
 ]
 

@@ -34,7 +34,8 @@ def tree(tmp_path: Path) -> Path:
         (OK.replace("a/app.py", "a/../etc/passwd"), "escapes"),
         (OK.replace("+++ b/app.py", "+++ /etc/passwd"), "absolute"),
         (
-            "diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+/etc\n",
+            "diff --git a/l b/l\nnew file mode 120000\n"
+            "--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+/etc\n",
             "symlink",
         ),
         ("diff --git a/x.bin b/x.bin\nGIT binary patch\nliteral 3\n", "binary"),

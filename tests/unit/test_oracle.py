@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from sreforge import oracle
-from sreforge.api import AlertSample, CIResult, CIStatus, LoadStats, Reason, VerifySpec
+from sreforge.api import AlertSample, CIResult, CIStatus, LoadStats, Reason, VerifySpec, Weights
 
 TARGET = "CatalogLatencyHigh"
 VERIFY = VerifySpec(sustain_seconds=30, clear_budget_seconds=60)
@@ -206,9 +207,5 @@ def test_verdict_recomputes_from_its_json() -> None:
 
 
 def test_weights_must_sum_to_one() -> None:
-    from pydantic import ValidationError
-
-    from sreforge.api import Weights
-
-    with pytest.raises(ValidationError, match="sum to 1.0"):
+    with pytest.raises(ValidationError, match=r"sum to 1\.0"):
         Weights(ci_green=0.5)

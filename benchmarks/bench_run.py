@@ -1,0 +1,79 @@
+"""Full-run overhead: where the wall time of one graded `sreforge run` goes.
+
+Runs latency-cache-stampede with a reference fix (real Prometheus, service, load) and
+splits its wall time into the inherent waits (the alert's fire wait, the time the fix
+takes to clear the alert, the sustained window) and the harness overhead (everything
+else: trees, seeding, process start-up, CI, redeploy, restore, recording).
+Writes the `## Full run` section of BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmd import write_section
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADING = "## Full run"
+
+
+def one_run(fix: str, sustain: int, runs: Path) -> dict[str, float]:
+    subprocess.run(
+        [sys.executable, "-m", "sreforge.cli", "run", str(ROOT / "scenarios" /
+         "latency-cache-stampede"), "--fix", str(ROOT / "scenarios" / "latency-cache-stampede"
+         / "fixes" / fix), "--sustain-seconds", str(sustain), "--runs-dir", str(runs)],
+        check=False, capture_output=True, timeout=900,
+    )
+    record_path = max(runs.glob("*/record.json"), key=lambda p: p.stat().st_mtime)
+    record = json.loads(record_path.read_text())
+    wall = record["wallTimeSeconds"]
+    ttc = record["timeToClearSeconds"] or 0.0
+    inherent = wall.get("fireWait", 0.0) + ttc + sustain
+    return {
+        "passed": float(record["passed"]),
+        "total": wall["total"],
+        "setup": wall.get("setup", 0.0),
+        "fire_wait": wall.get("fireWait", 0.0),
+        "ci": wall.get("ci", 0.0),
+        "deploy": wall.get("deploy", 0.0),
+        "time_to_clear": ttc,
+        "sustain": float(sustain),
+        "restore": wall.get("restore", 0.0),
+        "overhead": wall["total"] - inherent,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fix", default="restore-simplecache.patch")
+    ap.add_argument("--sustain", type=int, default=30)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sreforge-bench-") as tmp:
+        for i in range(args.runs):
+            rows.append(one_run(args.fix, args.sustain, Path(tmp) / str(i)))
+    cols = ["total", "setup", "fire_wait", "ci", "deploy", "time_to_clear", "sustain",
+            "restore", "overhead"]
+    out = [f"`python benchmarks/bench_run.py --fix {args.fix} --sustain {args.sustain}` "
+           f"(seconds; overhead = total − fire wait − time to clear − sustained window)", "",
+           "| run | passed | " + " | ".join(cols) + " |",
+           "|---|---|" + "---|" * len(cols)]
+    for i, r in enumerate(rows):
+        out.append(f"| {i + 1} | {bool(r['passed'])} | " +
+                   " | ".join(f"{r[c]:.1f}" for c in cols) + " |")
+    body = "\n".join(out)
+    print(body)
+    if not args.no_write:
+        write_section(ROOT / "BENCHMARKS.md", HEADING, body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
