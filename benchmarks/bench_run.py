@@ -62,7 +62,7 @@ def main() -> int:
     cols = ["total", "setup", "fire_wait", "ci", "deploy", "time_to_clear", "sustain",
             "restore", "overhead"]
     out = [f"`python benchmarks/bench_run.py --fix {args.fix} --sustain {args.sustain}` "
-           f"(seconds; overhead = total − fire wait − time to clear − sustained window)", "",
+           f"(seconds; overhead = total - fire wait - time to clear - sustained window)", "",
            "| run | passed | " + " | ".join(cols) + " |",
            "|---|---|" + "---|" * len(cols)]
     for i, r in enumerate(rows):

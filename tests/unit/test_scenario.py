@@ -85,7 +85,7 @@ def test_unknown_field_and_bad_toml_and_missing_file(tmp_path: Path) -> None:
 def test_missing_root_cause_is_named(tmp_path: Path) -> None:
     d = copy_scenario(tmp_path)
     (d / "root_cause.md").unlink()
-    with pytest.raises(ScenarioError, match="root_cause.md is missing"):
+    with pytest.raises(ScenarioError, match=r"root_cause\.md is missing"):
         load_scenario(d)
 
 

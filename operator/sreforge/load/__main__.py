@@ -47,7 +47,7 @@ def write_port_file(path: Path, port: int) -> None:
         f.write(f"{port}\n")
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp.replace(path)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -89,7 +89,8 @@ async def _amain(args: argparse.Namespace, profile: LoadProfile) -> int:
         _say(
             f"start target={gen.target} rate={profile.rate}/s "
             f"max_in_flight={profile.max_in_flight} duration={profile.duration_seconds}s "
-            f"{profile.method} {profile.path} metrics=http://{host}:{bound}/metrics pid={os.getpid()}"
+            f"{profile.method} {profile.path} metrics=http://{host}:{bound}/metrics "
+            f"pid={os.getpid()}"
         )
         summary = await gen.run()
         if args.linger > 0 and not done.is_set():

@@ -86,7 +86,9 @@ async def start_echo(
     host: str = "127.0.0.1", port: int = 0, slow_ms: float = 300.0
 ) -> tuple[web.AppRunner, int]:
     """Start the echo service in the running loop; returns (runner, bound port)."""
-    runner = web.AppRunner(build_echo_app(slow_ms), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        build_echo_app(slow_ms), access_log=None, handle_signals=False, shutdown_timeout=0.5
+    )
     await runner.setup()
     await web.TCPSite(runner, host, port, reuse_address=True).start()
     return runner, int(runner.addresses[0][1])

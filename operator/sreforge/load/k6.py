@@ -67,7 +67,9 @@ def render_k6_script(profile: LoadProfile, target_url: str) -> str:
     if max(abs(lo), abs(hi)) > _JS_SAFE_INT:
         raise ValueError(f"id_range {lo}..{hi} exceeds JavaScript's safe integers")
     target = target_url.rstrip("/")
-    checks = [f"    {_js(f'status is {profile.expect_status}')}: (r) => r.status === EXPECT_STATUS,"]
+    checks = [
+        f"    {_js(f'status is {profile.expect_status}')}: (r) => r.status === EXPECT_STATUS,"
+    ]
     if profile.expect_json_id:
         checks.append(
             "    'body id matches': (r) => {\n"
@@ -142,7 +144,7 @@ def _pod_security(uid: int) -> dict[str, Any]:
     }
 
 
-def _job(
+def _job(  # noqa: PLR0917 (private; every argument is required)
     name: str,
     namespace: str,
     profile: LoadProfile,
@@ -198,7 +200,7 @@ def render_k6_configmap(
     }
 
 
-def render_k6_job(
+def render_k6_job(  # noqa: PLR0917 (the harness's positional interface)
     name: str,
     namespace: str,
     profile: LoadProfile,

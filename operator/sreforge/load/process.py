@@ -41,7 +41,9 @@ def generator_command(
     return argv
 
 
-def read_port_file(path: Path | str, timeout: float = 10.0, proc: subprocess.Popen[bytes] | None = None) -> int:
+def read_port_file(
+    path: Path | str, timeout: float = 10.0, proc: subprocess.Popen[bytes] | None = None
+) -> int:
     """Wait (bounded) for the port file the generator writes once listening; return the port.
 
     Raises TimeoutError, or RuntimeError if ``proc`` exits first.

@@ -68,7 +68,9 @@ async def start_server(
 
     Stop it with ``await runner.cleanup()``.
     """
-    runner = web.AppRunner(build_app(gen), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        build_app(gen), access_log=None, handle_signals=False, shutdown_timeout=0.5
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
