@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from sreforge.api.observation import AlertSample, LoadStats
 
@@ -25,7 +26,7 @@ class Telemetry:
         self.url = url
         self.target_series = target_series
         self.service_job = service_job
-        self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout)  # type: ignore[arg-type]
+        self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout)
 
     def _scalar(self, query: str) -> float | None:
         result = self._prom.custom_query(query)

@@ -74,6 +74,7 @@ class RunOptions:
     control_seconds: int = 0
     agent_timeout_seconds: int = 1800
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr))
+    live: bool = True  # a live progress line on a terminal; plain lines otherwise
 
 
 def _iso(t: float | None) -> str | None:
@@ -115,6 +116,7 @@ class LocalRun:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sreforge-job")
         self._job: Future[loop.Event] | None = None
         self._last_progress = 0.0
+        self._live_shown = False
         self.t_begin = time.time()
 
     # ----- trees -------------------------------------------------------------------
@@ -416,14 +418,17 @@ class LocalRun:
             if event is not None:
                 actions.extend(loop.step(self.state, event))
 
+    def _done(self) -> bool:
+        return self.state.phase is Phase.DONE
+
     def _drive(self) -> None:
         assert self.telemetry is not None
         actions: deque[Action] = deque(loop.step(self.state, loop.Start(t=time.time())))
         interval = self.scenario.verify.sample_interval_seconds
         next_sample = time.time()
-        while self.state.phase is not Phase.DONE:
+        while not self._done():
             self._drain(actions)
-            if self.state.phase is Phase.DONE:
+            if self._done():
                 break
             if self._job is not None and self._job.done():
                 job, self._job = self._job, None
@@ -447,10 +452,14 @@ class LocalRun:
 
     # ----- output ------------------------------------------------------------------
     def _say(self, line: str) -> None:
+        if self._live_shown:
+            sys.stderr.write("\n")
+            self._live_shown = False
         self.opts.progress(f"[{time.time() - self.t_begin:6.1f}s] {line}")
 
     def _progress(self, s: AlertSample) -> None:
-        if time.time() - self._last_progress < PROGRESS_EVERY_SECONDS:
+        live = self.opts.live and sys.stderr.isatty()
+        if not live and time.time() - self._last_progress < PROGRESS_EVERY_SECONDS:
             return
         self._last_progress = time.time()
         target = self.scenario.target_alert
@@ -467,7 +476,13 @@ class LocalRun:
             if s.load
             else "load unknown"
         )
-        self._say(f"{self.state.phase.value:<19} {target}={alert:<8} {load}")
+        line = f"{self.state.phase.value:<19} {target}={alert:<8} {load}"
+        if live:  # one line rewritten in place on a terminal
+            sys.stderr.write(f"\r\x1b[K[{time.time() - self.t_begin:6.1f}s] {line}")
+            sys.stderr.flush()
+            self._live_shown = True
+        else:
+            self._say(line)
 
     def _timeline(self) -> list[dict[str, Any]]:
         return [s.model_dump(mode="json") for s in self.state.samples]
