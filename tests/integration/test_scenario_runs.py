@@ -8,6 +8,7 @@ and record.json must name the signal that failed.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -103,3 +104,39 @@ def test_empty_patch_and_decoys_fail(
     assert isinstance(signals, dict)
     assert signals[signal]["credit"] < 1.0, out
     assert float(record["score"]) < 0.85  # type: ignore[arg-type]
+
+
+def test_agent_command_edits_the_workspace_and_its_diff_is_graded(tmp_path: Path) -> None:
+    agent = (
+        f"{sys.executable} {ROOT / 'tests' / 'agents' / 'patch_agent.py'} "
+        f"{SCENARIO / 'fixes' / 'memoize-query.patch'}"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sreforge.cli",
+            "run",
+            str(SCENARIO),
+            "--agent",
+            agent,
+            "--sustain-seconds",
+            "20",
+            "--runs-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "RCA_JUDGE_URL": ""},
+    )
+    (run_dir,) = [p.parent for p in tmp_path.glob("*/record.json")]
+    record = json.loads((run_dir / "record.json").read_text())
+    assert record["passed"] is True, proc.stdout + proc.stderr
+    assert record["submission"]["kind"] == "agent"
+    assert record["submission"]["rca"] == "rca.txt"
+    assert record["submission"]["filesChanged"] == ["catalog/db.py"]
+    assert "rca.txt" not in (run_dir / "submission.patch").read_text()
+    assert (run_dir / "rca.txt").read_text().startswith("The product cache")
+    assert not (run_dir / "diagnosis.json").exists()  # no judge configured: best-effort

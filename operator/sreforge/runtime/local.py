@@ -541,6 +541,7 @@ class LocalRun:
             "passThreshold": verdict.pass_threshold,
             "reason": verdict.reason.value,
             "message": verdict.message,
+            "failingSignals": verdict.failing_signals,
             "signals": {
                 s.name.value: {
                     "value": s.value,
