@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from sreforge import judge
-from sreforge.api.scenario import ScenarioError, discover, load_scenario
+from sreforge.api.scenario import Scenario, ScenarioError, discover, load_scenario
 from sreforge.api.verdict import Reason
 from sreforge.runtime.local import LocalRun, RunOptions
 from sreforge.runtime.process import ProcessError
@@ -55,6 +56,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (ProcessError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted: the run was recorded Inconclusive and its processes stopped",
+              file=sys.stderr)
+        return 130
     run_dir = run.dir
     if record.get("submission", {}).get("rca"):
         judge.judge_run(run_dir)
@@ -116,6 +121,102 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate_one(
+    scenario: Scenario, patch: Path, expected: str, args: argparse.Namespace, control: int
+) -> dict[str, object]:
+    opts = RunOptions(
+        runs_dir=args.runs_dir,
+        fix=patch,
+        sustain_seconds=args.sustain_seconds,
+        control_seconds=control,
+        live=False,
+        progress=(lambda line: print(line, file=sys.stderr))
+        if args.verbose
+        else (lambda _line: None),
+    )
+    started = time.monotonic()
+    try:
+        record = LocalRun(scenario, repo_root(), opts).execute()
+        got = "pass" if record["passed"] else "fail"
+        failing = ",".join(record.get("failingSignals", [])) or "-"
+        reason, score = str(record["reason"]), float(record["score"])
+        control_fired = (record.get("control") or {}).get("targetFired")
+    except (ProcessError, ValueError) as exc:
+        got, failing, reason, score, control_fired = "error", str(exc)[:60], "error", 0.0, None
+    return {
+        "scenario": scenario.name,
+        "patch": f"{patch.parent.name}/{patch.name}",
+        "expected": expected,
+        "got": got,
+        "score": score,
+        "reason": reason,
+        "failing": failing,
+        "seconds": round(time.monotonic() - started, 1),
+        "controlFired": control_fired,
+    }
+
+
+def cmd_scenarios_validate(args: argparse.Namespace) -> int:
+    try:
+        scenarios = (
+            [load_scenario(_resolve_scenario(n)) for n in args.names]
+            if args.names
+            else discover(args.root)
+        )
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    rows: list[dict[str, object]] = []
+    header = (
+        f"{'SCENARIO':<26} {'PATCH':<34} {'EXPECTED':<8} {'GOT':<6} {'SCORE':>6} "
+        f"{'REASON':<18} {'FAILING SIGNAL':<30} {'SECONDS':>7}"
+    )
+    print(header)
+    for scenario in scenarios:
+        cases = [(p, "pass") for p in scenario.fixes()] + [(p, "fail") for p in scenario.decoys()]
+        for i, (patch, expected) in enumerate(cases):
+            control = args.control_seconds if i == 0 else 0
+            row = _validate_one(scenario, patch, expected, args, control)
+            rows.append(row)
+            print(
+                f"{row['scenario']:<26} {row['patch']:<34} {expected:<8} {row['got']:<6} "
+                f"{row['score']:>6.3f} {row['reason']:<18} {row['failing']:<30} "
+                f"{row['seconds']:>7}",
+                flush=True,
+            )
+    mismatches = [r for r in rows if r["expected"] != r["got"]]
+    control_bad = [r for r in rows if r["controlFired"]]
+    if args.markdown:
+        _write_validation_md(args.markdown, rows)
+    print(
+        f"\n{len(rows)} cases, {len(mismatches)} mismatches"
+        + (f", control fired in {len(control_bad)}" if control_bad else "")
+    )
+    return EXIT_FAILED if mismatches or control_bad else EXIT_PASSED
+
+
+def _write_validation_md(path: Path, rows: list[dict[str, object]]) -> None:
+    lines = [
+        "# Scenario validation",
+        "",
+        "Every reference fix must pass and every decoy must fail through the real loop "
+        "(real Prometheus, service and load). Produced by "
+        "`sreforge scenarios validate --markdown SCENARIOS.md`.",
+        "",
+        "| scenario | patch | expected | got | score | reason | failing signal | seconds "
+        "| control fired |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        control = "-" if r["controlFired"] is None else str(r["controlFired"]).lower()
+        lines.append(
+            f"| {r['scenario']} | {r['patch']} | {r['expected']} | {r['got']} | "
+            f"{r['score']:.3f} | {r['reason']} | {r['failing']} | {r['seconds']} | "
+            f"{control} |"
+        )
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sreforge", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,6 +248,22 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--root", type=Path, default=repo_root() / "scenarios")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_scenarios_list)
+
+    val = scen_sub.add_parser("validate", help="every fix must pass, every decoy must fail")
+    val.add_argument("names", nargs="*", help="scenario names or directories (default: all)")
+    val.add_argument("--root", type=Path, default=repo_root() / "scenarios")
+    val.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    val.add_argument("--sustain-seconds", type=int, metavar="N")
+    val.add_argument(
+        "--control-seconds",
+        type=int,
+        default=20,
+        metavar="N",
+        help="healthy-build control window before the first case of a scenario",
+    )
+    val.add_argument("--markdown", type=Path, help="write the table to this file")
+    val.add_argument("-v", "--verbose", action="store_true", help="progress lines of each run")
+    val.set_defaults(func=cmd_scenarios_validate)
 
     jd = sub.add_parser("judge", help="grade a run's root-cause write-up (diagnosis.json)")
     judge.add_arguments(jd)
