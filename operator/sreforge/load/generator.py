@@ -42,6 +42,7 @@ _SLICE = 0.1  # seconds per slice of the recent window
 _SLICES = round(WINDOW_SECONDS / _SLICE)
 _SLICE_LAG_SAMPLES = 256  # lag reservoir per slice: 2,560 samples/s at most
 _RUN_LAG_SAMPLES = 20_000  # lag reservoir for the whole run
+USER_AGENT = "sreforge-load"
 _YIELD_EVERY = 256  # start at most this many iterations before yielding to the loop
 # Characters that need no quoting in a path and query; such a path skips re-quoting.
 _PLAIN_PATH = re.compile(r"^[A-Za-z0-9\-._~/!$&'()*+,;=:@%?{}]*$")
@@ -223,9 +224,10 @@ class LoadGenerator:
     def stop(self) -> None:
         """Stop scheduling; in-flight requests get ``stop_grace_seconds``, then cancelled."""
         self._stopping = True
-        if self._stop_at is None:
-            self._stop_at = time.monotonic()  # the clock of asyncio's loop.time()
         loop = self._loop
+        if self._stop_at is None:
+            # loop.time() reads a monotonic clock and is safe to call from any thread
+            self._stop_at = loop.time() if loop is not None else time.monotonic()
         if loop is None or loop.is_closed():
             return
         try:
@@ -272,6 +274,7 @@ class LoadGenerator:
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=True,
             raise_for_status=False,
+            headers={"User-Agent": USER_AGENT},
         )
         try:
             self._t0 = loop.time()

@@ -96,7 +96,8 @@ class GeneratorProcess:
             stderr=stderr,
             env=env,
         )
-        self.host = listen.rpartition(":")[0].strip("[]") or "127.0.0.1"
+        host = listen.rpartition(":")[0].strip("[]")
+        self.host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
         try:
             self.port = read_port_file(self.port_file, ready_timeout, self.proc)
         except BaseException:
