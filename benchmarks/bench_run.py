@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmd import write_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,10 +25,22 @@ HEADING = "## Full run"
 
 def one_run(fix: str, sustain: int, runs: Path) -> dict[str, float]:
     subprocess.run(
-        [sys.executable, "-m", "sreforge.cli", "run", str(ROOT / "scenarios" /
-         "latency-cache-stampede"), "--fix", str(ROOT / "scenarios" / "latency-cache-stampede"
-         / "fixes" / fix), "--sustain-seconds", str(sustain), "--runs-dir", str(runs)],
-        check=False, capture_output=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "sreforge.cli",
+            "run",
+            str(ROOT / "scenarios" / "latency-cache-stampede"),
+            "--fix",
+            str(ROOT / "scenarios" / "latency-cache-stampede" / "fixes" / fix),
+            "--sustain-seconds",
+            str(sustain),
+            "--runs-dir",
+            str(runs),
+        ],
+        check=False,
+        capture_output=True,
+        timeout=900,
     )
     record_path = max(runs.glob("*/record.json"), key=lambda p: p.stat().st_mtime)
     record = json.loads(record_path.read_text())
@@ -59,15 +72,28 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sreforge-bench-") as tmp:
         for i in range(args.runs):
             rows.append(one_run(args.fix, args.sustain, Path(tmp) / str(i)))
-    cols = ["total", "setup", "fire_wait", "ci", "deploy", "time_to_clear", "sustain",
-            "restore", "overhead"]
-    out = [f"`python benchmarks/bench_run.py --fix {args.fix} --sustain {args.sustain}` "
-           f"(seconds; overhead = total - fire wait - time to clear - sustained window)", "",
-           "| run | passed | " + " | ".join(cols) + " |",
-           "|---|---|" + "---|" * len(cols)]
+    cols = [
+        "total",
+        "setup",
+        "fire_wait",
+        "ci",
+        "deploy",
+        "time_to_clear",
+        "sustain",
+        "restore",
+        "overhead",
+    ]
+    out = [
+        f"`python benchmarks/bench_run.py --fix {args.fix} --sustain {args.sustain}` "
+        f"(seconds; overhead = total - fire wait - time to clear - sustained window)",
+        "",
+        "| run | passed | " + " | ".join(cols) + " |",
+        "|---|---|" + "---|" * len(cols),
+    ]
     for i, r in enumerate(rows):
-        out.append(f"| {i + 1} | {bool(r['passed'])} | " +
-                   " | ".join(f"{r[c]:.1f}" for c in cols) + " |")
+        out.append(
+            f"| {i + 1} | {bool(r['passed'])} | " + " | ".join(f"{r[c]:.1f}" for c in cols) + " |"
+        )
     body = "\n".join(out)
     print(body)
     if not args.no_write:

@@ -1,0 +1,474 @@
+"""The load generator against real aiohttp target servers on 127.0.0.1.
+
+Targets are `python -m sreforge.load.echo` processes (fast, slow 300 ms, wrong id, 500).
+The generator runs as `python -m sreforge.load` (subprocess tests) or in-process in an
+event loop of the test. Every run is bounded by its profile's duration and a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sreforge.api.scenario import LoadProfile
+from sreforge.load import (
+    GeneratorProcess,
+    LoadGenerator,
+    generator_command,
+    read_port_file,
+    start_server,
+)
+from sreforge.load.metrics import DURATION_BUCKETS, OUTCOMES
+
+OPERATOR_DIR = Path(__file__).resolve().parents[2] / "operator"
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(OPERATOR_DIR), os.environ.get("PYTHONPATH")])),
+}
+
+SERIES = {
+    "sreforge_load_requests_total",
+    "sreforge_load_request_duration_seconds",
+    "sreforge_load_scheduled_iterations_total",
+    "sreforge_load_dropped_iterations_total",
+    "sreforge_load_in_flight",
+    "sreforge_load_target_rate",
+    "sreforge_load_scheduling_lag_seconds",
+}
+HISTOGRAMS = {"sreforge_load_request_duration_seconds", "sreforge_load_scheduling_lag_seconds"}
+SAMPLE_NAMES = (SERIES - HISTOGRAMS) | {
+    h + sfx for h in HISTOGRAMS for sfx in ("_bucket", "_count", "_sum")
+}
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+
+class Echo:
+    def __init__(self, tmp: Path, name: str) -> None:
+        port_file = tmp / f"{name}.port"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sreforge.load.echo",
+                "--port-file",
+                str(port_file),
+                "--max-seconds",
+                "180",
+            ],
+            env=ENV,
+            stdin=subprocess.DEVNULL,
+        )
+        self.port = read_port_file(port_file, 15.0, self.proc)  # type: ignore[arg-type]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def count(self) -> int:
+        return int(get_json(f"{self.url}/_count")["requests"])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def echoes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Echo, Echo]]:
+    tmp = tmp_path_factory.mktemp("echo")
+    a = Echo(tmp, "a")
+    try:
+        b = Echo(tmp, "b")
+    except BaseException:
+        a.stop()
+        raise
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.fixture
+def echo(echoes: tuple[Echo, Echo]) -> Echo:
+    return echoes[0]
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())
+
+
+def post_json(url: str, doc: Any) -> tuple[int, Any]:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(doc).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+Action = Callable[[LoadGenerator, str], Awaitable[Any]]
+
+
+def drive(
+    profile: LoadProfile, target: str, action: Action | None = None
+) -> tuple[LoadGenerator, dict[str, Any], Any]:
+    """Run a generator in-process with its control server; `action(gen, control_url)`
+    runs alongside. Returns (generator, summary, what the action returned)."""
+
+    async def main() -> tuple[LoadGenerator, dict[str, Any], Any]:
+        gen = LoadGenerator(profile, target, seed=7)
+        runner, port = await start_server(gen)
+        try:
+            task = asyncio.create_task(gen.run())
+            extra = None
+            try:
+                if action is not None:
+                    extra = await asyncio.wait_for(
+                        action(gen, f"http://127.0.0.1:{port}"), profile.duration_seconds + 5
+                    )
+            finally:
+                summary = await asyncio.wait_for(
+                    task, profile.duration_seconds + profile.timeout_ms / 1000 + 5
+                )
+            return gen, summary, extra
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+def families(text: str) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def sample(fams: dict[str, Any], name: str, **labels: str) -> float:
+    for f in fams.values():
+        for s in f.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    raise AssertionError(f"no sample {name}{labels}")
+
+
+# ---- subprocess ------------------------------------------------------------------------
+
+
+def test_subprocess_rate_within_10_percent(echo: Echo, tmp_path: Path) -> None:
+    profile = LoadProfile(
+        rate=100, duration_seconds=30, path="/fast/{id}", id_range=(1, 10_000), expect_json_id=True
+    )
+    port_file = tmp_path / "load.port"
+    proc = subprocess.Popen(
+        generator_command(profile, echo.url, port_file, seed=1),
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        port = read_port_file(port_file, 15.0, proc)  # type: ignore[arg-type]
+        assert not list(tmp_path.glob(".*tmp")), "the port file's temporary was left behind"
+        time.sleep(4.0)
+        stats = get_json(f"http://127.0.0.1:{port}/stats")
+        assert stats["elapsed_seconds"] >= 3.5
+        assert stats["achieved_rate_total"] == pytest.approx(100, rel=0.10)
+        assert stats["achieved_rate_10s"] == pytest.approx(100, rel=0.10)
+        assert stats["scheduled"] / stats["elapsed_seconds"] == pytest.approx(100, rel=0.10)
+        assert stats["dropped"] == 0
+        assert stats["outcomes"]["success"] == stats["completed"] > 300
+        assert stats["completed"] == sum(stats["outcomes"].values())
+        assert stats["lag_p50_10s"] is not None
+        assert stats["lag_p99_10s"] >= stats["lag_p50_10s"] >= 0
+        assert stats["target"] == echo.url
+        assert get_json(f"http://127.0.0.1:{port}/healthz")["ok"] is True
+
+        proc.send_signal(signal.SIGTERM)
+        t = time.monotonic()
+        assert proc.wait(timeout=5) == 0
+        assert time.monotonic() - t < 2.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    lines = [ln for ln in err.splitlines() if ln.startswith("sreforge-load: ")]
+    assert lines[0].startswith("sreforge-load: start ")
+    summary = json.loads(lines[-1].removeprefix("sreforge-load: summary "))
+    assert summary["outcomes"]["success"] > 300
+
+
+def test_subprocess_sigterm_with_requests_in_flight_exits_0_within_2s(
+    echo: Echo, tmp_path: Path
+) -> None:
+    # 300 ms responses with a 2 s timeout: SIGTERM must not wait out the timeout.
+    profile = LoadProfile(
+        rate=50, duration_seconds=60, path="/slow/{id}", timeout_ms=2000, id_range=(1, 9)
+    )
+    with GeneratorProcess(profile, echo.url, tmp_path / "p", stderr=subprocess.DEVNULL) as gp:
+        time.sleep(1.0)
+        assert get_json(f"{gp.url}/stats")["in_flight"] > 0
+        t = time.monotonic()
+        gp.proc.send_signal(signal.SIGTERM)
+        assert gp.proc.wait(timeout=5) == 0
+        assert time.monotonic() - t < 2.0
+
+
+def test_subprocess_ends_by_itself_after_duration(echo: Echo, tmp_path: Path) -> None:
+    profile = LoadProfile(rate=40, duration_seconds=2, path="/fast/{id}")
+    proc = subprocess.run(
+        generator_command(profile, echo.url, tmp_path / "p"),
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=15,
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(
+        proc.stderr.strip().splitlines()[-1].removeprefix("sreforge-load: summary ")
+    )
+    assert summary["scheduled"] == 80  # exactly rate * duration on the absolute schedule
+    assert summary["started"] == summary["completed"] == summary["outcomes"]["success"] == 80
+    assert summary["elapsed_seconds"] == pytest.approx(2.0, abs=0.1)
+
+
+def test_subprocess_rejects_a_bad_profile(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "sreforge.load", "--target", "http://127.0.0.1:1",
+         "--profile-json", '{"rate": 0}', "--port-file", str(tmp_path / "p")],
+        env=ENV, capture_output=True, text=True, timeout=15, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "rate" in proc.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_post_target_switches_traffic_to_a_second_server(
+    echoes: tuple[Echo, Echo], tmp_path: Path
+) -> None:
+    a, b = echoes
+    profile = LoadProfile(
+        rate=60, duration_seconds=4, path="/fast/{id}", id_range=(1, 50), expect_json_id=True
+    )
+    a0, b0 = a.count(), b.count()
+    with GeneratorProcess(profile, a.url, tmp_path / "p", stderr=subprocess.DEVNULL) as gp:
+        time.sleep(1.2)
+        assert b.count() == b0
+        code, body = post_json(f"{gp.url}/target", {"url": "http://127.0.0.1:notaport"})
+        assert code == 400
+        assert "error" in body
+        code, body = post_json(f"{gp.url}/target", ["not", "an", "object"])
+        assert code == 400
+        code, body = post_json(f"{gp.url}/target", {"url": b.url + "/"})
+        assert (code, body) == (200, {"target": b.url, "previous": a.url})
+        time.sleep(0.5)  # in-flight requests to A complete (~ms each)
+        a_after = a.count()
+        time.sleep(1.0)
+        assert a.count() == a_after, "requests still go to the old target"
+        assert b.count() - b0 >= 40
+        stats = get_json(f"{gp.url}/stats")
+        assert stats["target"] == b.url
+        assert stats["target_switches"] == 1
+        assert gp.proc.wait(timeout=10) == 0
+    # every request went to one of the two, all validated
+    assert (a.count() - a0) + (b.count() - b0) == 240
+    assert a.count() - a0 >= 40
+
+
+# ---- in-process ------------------------------------------------------------------------
+
+
+def test_slow_target_does_not_slow_the_schedule_iterations_are_dropped(echo: Echo) -> None:
+    """Open model: 100/s against 300 ms responses with max_in_flight 5 (capacity ~16/s)."""
+    profile = LoadProfile(
+        rate=100, duration_seconds=3, max_in_flight=5, path="/slow/{id}", timeout_ms=2000
+    )
+
+    async def watch(gen: LoadGenerator, _: str) -> int:
+        peak = 0
+        while gen.running and not gen.finished and gen.elapsed() < 2.9:
+            peak = max(peak, gen.in_flight)
+            await asyncio.sleep(0.01)
+        return peak
+
+    gen, summary, peak = drive(profile, echo.url, watch)
+    assert peak == 5  # never more than max_in_flight in flight
+    assert summary["scheduled"] == 300  # the schedule kept its rate: rate * duration
+    assert summary["elapsed_seconds"] == pytest.approx(3.0, abs=0.1)
+    assert summary["scheduled"] / summary["elapsed_seconds"] == pytest.approx(100, rel=0.10)
+    assert summary["dropped"] >= 200  # ~250 expected
+    assert summary["dropped_late"] == 0
+    assert summary["started"] + summary["dropped"] == summary["scheduled"]
+    assert summary["achieved_rate"] == pytest.approx(
+        (summary["scheduled"] - summary["dropped"]) / summary["elapsed_seconds"], rel=1e-3
+    )
+    assert summary["outcomes"]["success"] == summary["completed"] == summary["started"]
+    fams = families(_metrics_text(gen))
+    assert sample(fams, "sreforge_load_scheduled_iterations_total") == 300
+    assert sample(fams, "sreforge_load_dropped_iterations_total") == summary["dropped"]
+    assert sample(fams, "sreforge_load_scheduling_lag_seconds_count") == summary["started"]
+    assert sample(fams, "sreforge_load_in_flight") == 0
+
+
+def _metrics_text(gen: LoadGenerator) -> str:
+    return generate_latest(gen.metrics.registry).decode()
+
+
+@pytest.mark.parametrize(
+    ("path", "kwargs", "outcome"),
+    [
+        ("/fast/{id}", {"expect_json_id": True}, "success"),
+        ("/wrong/{id}", {"expect_json_id": True}, "invalid"),
+        ("/wrong/{id}", {"expect_json_id": False}, "success"),
+        ("/error/{id}", {}, "http_error"),
+        ("/error/{id}", {"expect_status": 500}, "success"),
+        ("/fast/{id}", {"expect_status": 201}, "http_error"),
+        ("/slow/{id}", {"timeout_ms": 100}, "timeout"),
+        ("CLOSED", {}, "connect_error"),
+    ],
+)
+def test_outcomes_are_classified(
+    echo: Echo, path: str, kwargs: dict[str, Any], outcome: str
+) -> None:
+    target = echo.url
+    if path == "CLOSED":
+        target, path = f"http://127.0.0.1:{closed_port()}", "/fast/{id}"
+    profile = LoadProfile(rate=25, duration_seconds=1, path=path, id_range=(1, 1000), **kwargs)
+    gen, summary, _ = drive(profile, target)
+    assert summary["scheduled"] == summary["started"] == summary["completed"] == 25
+    assert summary["outcomes"] == {o: (25 if o == outcome else 0) for o in OUTCOMES}
+    fams = families(_metrics_text(gen))
+    for o in OUTCOMES:
+        assert sample(fams, "sreforge_load_requests_total", outcome=o) == (
+            25 if o == outcome else 0
+        )
+    assert sample(fams, "sreforge_load_request_duration_seconds_count") == 25
+    if outcome == "timeout":  # a timeout records its elapsed time
+        assert sample(fams, "sreforge_load_request_duration_seconds_sum") / 25 >= 0.09
+
+
+def test_metrics_endpoint_exposes_the_exact_series(echo: Echo) -> None:
+    profile = LoadProfile(rate=20, duration_seconds=2, path="/fast/{id}", max_in_flight=7)
+
+    async def scrape(_: LoadGenerator, control: str) -> tuple[str, str, Any]:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{control}/metrics") as r0:
+                first = await r0.text()  # right at the start: every series exists already
+            await asyncio.sleep(1.0)
+            async with s.get(f"{control}/metrics") as r:
+                assert r.status == 200
+                assert r.headers["Content-Type"].startswith("text/plain")
+                text = await r.text()
+            async with s.get(f"{control}/stats") as r2:
+                stats = await r2.json()
+        return first, text, stats
+
+    _, _, (first, text, stats) = drive(profile, echo.url, scrape)
+    for body in (first, text):
+        fams = families(body)
+        names = {s.name for f in fams.values() for s in f.samples}
+        assert names >= SAMPLE_NAMES
+        assert {
+            s.labels["outcome"]
+            for s in fams["sreforge_load_requests"].samples
+            if s.name.endswith("_total")
+        } == set(OUTCOMES)
+        assert fams["sreforge_load_requests"].type == "counter"
+        assert fams["sreforge_load_scheduled_iterations"].type == "counter"
+        assert fams["sreforge_load_dropped_iterations"].type == "counter"
+        assert fams["sreforge_load_in_flight"].type == "gauge"
+        assert fams["sreforge_load_target_rate"].type == "gauge"
+        assert fams["sreforge_load_request_duration_seconds"].type == "histogram"
+        assert fams["sreforge_load_scheduling_lag_seconds"].type == "histogram"
+        assert sample(fams, "sreforge_load_target_rate") == 20
+    fams = families(text)
+    buckets = [
+        float(s.labels["le"])
+        for s in fams["sreforge_load_request_duration_seconds"].samples
+        if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"
+    ]
+    assert tuple(buckets) == DURATION_BUCKETS
+    lag_buckets = [
+        float(s.labels["le"])
+        for s in fams["sreforge_load_scheduling_lag_seconds"].samples
+        if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"
+    ]
+    assert lag_buckets[0] == 0.0005
+    assert lag_buckets[-1] == 1.0
+    assert sample(fams, "sreforge_load_requests_total", outcome="success") >= 15
+    assert set(stats) >= {
+        "scheduled", "started", "completed", "dropped", "outcomes", "in_flight",
+        "elapsed_seconds", "target", "achieved_rate_10s", "achieved_rate_total",
+        "lag_p50_10s", "lag_p99_10s",
+    }  # fmt: skip
+
+
+def test_event_loop_lag_starts_late_and_bounds_catch_up(echo: Echo) -> None:
+    """The loop is blocked 1.6 s at t=0.5: iterations due in [0.5, ~1.1) are more than
+    1 s late and dropped; those due in [~1.1, 2.1) start late with their lag measured."""
+    profile = LoadProfile(rate=100, duration_seconds=3, path="/fast/{id}")
+
+    async def block(_: LoadGenerator, __: str) -> None:
+        await asyncio.sleep(0.5)
+        time.sleep(1.6)  # noqa: ASYNC251 (a stalled event loop, on purpose)
+
+    gen, summary, _ = drive(profile, echo.url, block)
+    assert summary["scheduled"] == 300
+    assert summary["started"] + summary["dropped"] == 300
+    assert summary["dropped"] == summary["dropped_late"]
+    assert 40 <= summary["dropped_late"] <= 80  # ~60 expected
+    assert summary["started"] == summary["outcomes"]["success"]
+    assert 0.8 <= summary["lag_max"] <= 1.0
+    fams = families(_metrics_text(gen))
+    late = sample(fams, "sreforge_load_scheduling_lag_seconds_count") - sample(
+        fams, "sreforge_load_scheduling_lag_seconds_bucket", le="0.5"
+    )
+    assert late >= 30  # ~50 started between 0.5 s and 1 s late
+
+
+def test_stop_ends_the_run_promptly_and_counts_interrupted(echo: Echo) -> None:
+    profile = LoadProfile(rate=50, duration_seconds=60, path="/sleep/5000/{id}", timeout_ms=10_000)
+
+    async def stop_soon(gen: LoadGenerator, _: str) -> float:
+        await asyncio.sleep(0.5)
+        gen.stop()
+        return time.monotonic()
+
+    t_before = time.monotonic()
+    gen, summary, t_stop = drive(profile, echo.url, stop_soon)
+    assert time.monotonic() - t_stop < 1.5  # grace 0.5 s, then in-flight requests are cancelled
+    assert time.monotonic() - t_before < 3.0
+    assert summary["completed"] == 0
+    assert summary["interrupted"] == summary["started"] >= 20
+    assert gen.in_flight == 0
+    assert gen.finished
