@@ -1,0 +1,533 @@
+"""The CRDs, the Helm chart and the kustomize base install on a real kube-apiserver.
+
+Validation, the status subresource, printer columns and RBAC are the server's
+own (tests/kubeenv.py), not a mock. Needs the binaries of hack/k8s-tools.sh;
+skipped, with the command to build them, when they are not there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
+
+from sreforge.api.resources import (
+    API_VERSION,
+    GROUP,
+    VERSION,
+    Condition,
+    IncidentStatus,
+    VerdictSummary,
+)
+
+pytestmark = pytest.mark.kube
+
+CRDS = ("incidents.sreforge.dev", "submissions.sreforge.dev")
+NS = "sreforge-install"
+EXAMPLES = REPO_ROOT / "manifests" / "examples"
+CHART = REPO_ROOT / "charts" / "sreforge"
+HELM_AGENT_NS = "sreforge-helm-agents"
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.25)
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    bin_dir = find_tools_bin()
+    if bin_dir is None:
+        pytest.skip(f"control-plane binaries are not built; build them with: {BUILD_COMMAND}")
+    with ControlPlane(bin_dir, tmp_path_factory.mktemp("kube")) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="module")
+def crds(control_plane: ControlPlane) -> ControlPlane:
+    """The CRDs of crds/ applied and Established."""
+    control_plane.kubectl(
+        "apply", "--server-side", "--field-manager=sreforge-test", "-f", str(REPO_ROOT / "crds")
+    )
+    control_plane.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{c}" for c in CRDS)
+    )
+    # discovery of the new group lags Established by a moment
+    wait_for(
+        "the sreforge.dev API to be discoverable",
+        lambda: control_plane.kubectl("get", "incidents", "-A", check=False).returncode == 0,
+    )
+    control_plane.kubectl("create", "namespace", NS)
+    return control_plane
+
+
+@pytest.fixture(scope="module")
+def custom(crds: ControlPlane) -> Iterator[Any]:
+    from kubernetes import client, config  # noqa: PLC0415
+
+    api_client = config.new_client_from_config(config_file=str(crds.kubeconfig))
+    yield client.CustomObjectsApi(api_client)
+    api_client.close()
+
+
+@pytest.fixture(scope="module")
+def helm(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Run the built helm with its caches in a temporary directory."""
+    binary = control_plane.bin_dir / "helm"
+    if not os.access(binary, os.X_OK):
+        pytest.skip(f"helm is not built; build it with: {BUILD_COMMAND}")
+    home = tmp_path_factory.mktemp("helm")
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(binary), *args], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+
+    return run
+
+
+def example(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
+    doc["metadata"]["namespace"] = NS
+    return doc
+
+
+def create(custom: Any, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+    obj: dict[str, Any] = custom.create_namespaced_custom_object(GROUP, VERSION, NS, plural, body)
+    return obj
+
+
+def refusal(custom: Any, plural: str, body: dict[str, Any]) -> str:
+    """The apiserver's message when it refuses body (fails the test if it accepts it)."""
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    with pytest.raises(ApiException) as info:
+        create(custom, plural, body)
+    assert info.value.status == 422, info.value.body
+    message: str = json.loads(info.value.body)["message"]
+    return message
+
+
+# ---------------------------------------------------------------- CRDs
+def test_crds_are_established(crds: ControlPlane) -> None:
+    for name in CRDS:
+        crd = crds.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+        assert conditions["Established"] == "True", crd["status"]
+        assert conditions["NamesAccepted"] == "True", crd["status"]
+        # a non-structural schema would show up here
+        assert conditions.get("NonStructuralSchema") in (None, "False"), crd["status"]
+    resources = crds.request("GET", f"/apis/{GROUP}/{VERSION}")["resources"]
+    by_name = {r["name"]: r for r in resources}
+    assert set(by_name) == {"incidents", "incidents/status", "submissions", "submissions/status"}
+    assert by_name["incidents"]["shortNames"] == ["inc"]
+    assert by_name["submissions"]["shortNames"] == ["sub"]
+    assert by_name["incidents"]["categories"] == ["sreforge"]
+
+
+def _incident(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Incident",
+        "metadata": {"generateName": "bad-"},
+        "spec": spec,
+    }
+
+
+def _submission(patch: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Submission",
+        "metadata": {"generateName": "bad-"},
+        "spec": {"incidentRef": {"name": "x"}, "patch": patch},
+    }
+
+
+@pytest.mark.parametrize(
+    ("plural", "body", "expected"),
+    [
+        ("incidents", _incident(), "spec.scenario: Required value"),
+        ("incidents", _incident(scenario="Not_A_Label"), "spec.scenario in body should match"),
+        (
+            "incidents",
+            _incident(scenario="s", load={"rate": 0}),
+            "spec.load.rate in body should be greater than or equal to 1",
+        ),
+        (
+            "incidents",
+            _incident(scenario="s", load={"rate": 20001}),
+            "spec.load.rate in body should be less than or equal to 20000",
+        ),
+        (
+            "incidents",
+            _incident(scenario="s", loadRunner="locust"),
+            'spec.loadRunner: Unsupported value: "locust": supported values: "k6", "builtin"',
+        ),
+        (
+            "incidents",
+            _incident(scenario="s", verify={"passThresholdPercent": 0.85}),
+            "spec.verify.passThresholdPercent in body must be of type integer",
+        ),
+        (
+            "submissions",
+            _submission({"inline": "x", "configMapKeyRef": {"name": "c", "key": "k"}}),
+            "patch must set exactly one of inline or configMapKeyRef",
+        ),
+        (
+            "submissions",
+            _submission({}),
+            "patch must set exactly one of inline or configMapKeyRef",
+        ),
+        (
+            "submissions",
+            _submission({"configMapKeyRef": {"name": "c"}}),
+            "spec.patch.configMapKeyRef.key: Required value",
+        ),
+    ],
+    ids=[
+        "missing-scenario",
+        "scenario-not-a-label",
+        "rate-0",
+        "rate-too-high",
+        "bad-load-runner",
+        "float-threshold",
+        "both-patch-sources",
+        "no-patch-source",
+        "configmap-without-key",
+    ],
+)
+def test_invalid_resources_are_refused(
+    custom: Any, plural: str, body: dict[str, Any], expected: str
+) -> None:
+    message = refusal(custom, plural, body)
+    assert expected in message, message
+
+
+def test_valid_incident_defaults_and_status_subresource(custom: Any) -> None:
+    body = example("incident.yaml")
+    del body["spec"]["loadRunner"]
+    created = create(custom, "incidents", body)
+    name = created["metadata"]["name"]
+    assert created["spec"]["loadRunner"] == "builtin"  # the CRD's default
+    assert "status" not in created
+
+    status = IncidentStatus(
+        observed_generation=created["metadata"]["generation"],
+        phase="Verified",
+        alert="CatalogLatencyHigh",
+        run_id="run-1",
+        fired_time="2025-01-02T03:04:05Z",  # type: ignore[arg-type]
+        brief="p99 latency of catalog is above 500ms.",
+        verdict=VerdictSummary(passed=True, score=0.92, reason="Passed", submission="fix-1"),  # type: ignore[arg-type]
+        loop={"step": "verify", "samples": [{"t": 1, "firing": []}]},
+        conditions=[
+            Condition(
+                type="Succeeded",
+                status="True",
+                reason="Passed",
+                message="The alert cleared and stayed cleared.",
+                last_transition_time="2025-01-02T03:10:00Z",  # type: ignore[arg-type]
+            )
+        ],
+    ).model_dump(by_alias=True, exclude_none=True, mode="json")
+    patched = custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, NS, "incidents", name, {"status": status, "spec": {"scenario": "other"}}
+    )
+    assert patched["spec"]["scenario"] == body["spec"]["scenario"]  # status ignores spec
+    got = custom.get_namespaced_custom_object(GROUP, VERSION, NS, "incidents", name)
+    assert got["status"]["loop"] == status["loop"]  # preserved, not pruned
+    assert IncidentStatus.model_validate(got["status"]) == IncidentStatus.model_validate(status)
+
+    # the main resource ignores status
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, "incidents", name, {"status": {"phase": "Hacked"}}
+    )
+    again = custom.get_namespaced_custom_object(GROUP, VERSION, NS, "incidents", name)
+    assert again["status"]["phase"] == "Verified"
+
+
+def test_condition_status_enum_is_enforced(custom: Any) -> None:
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    created = create(custom, "incidents", _incident(scenario="enum-check"))
+    bad = {
+        "type": "Injected",
+        "status": "Maybe",
+        "reason": "X",
+        "lastTransitionTime": "2025-01-02T03:04:05Z",
+    }
+    with pytest.raises(ApiException) as info:
+        custom.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            NS,
+            "incidents",
+            created["metadata"]["name"],
+            {"status": {"conditions": [bad]}},
+        )
+    message = json.loads(info.value.body)["message"]
+    assert 'status.conditions[0].status: Unsupported value: "Maybe"' in message, message
+
+
+def test_valid_submissions_are_accepted(custom: Any) -> None:
+    for name in ("submission.yaml", "submission-configmap.yaml"):
+        body = example(name)
+        created = create(custom, "submissions", body)
+        assert created["spec"] == body["spec"]
+    sub_name = example("submission.yaml")["metadata"]["name"]
+    status = {
+        "passed": False,
+        "score": 0.25,
+        "reason": "CIRed",
+        "ciFeedback": "FAILED tests/test_api.py::test_product",
+        "signals": {
+            "ci_green": {"value": False, "credit": 0, "weight": 0.25, "detail": "1 failed"},
+            "time_to_clear": {"value": None, "credit": 0, "weight": 0.1},
+            "alert_cleared": {"value": 12.5, "credit": 0.5, "weight": 0.35},
+        },
+        "diagnosis": {"anything": {"goes": [1, "two"]}},
+        "conditions": [
+            {
+                "type": "CIPassed",
+                "status": "False",
+                "reason": "TestsFailed",
+                "message": "1 test failed.",
+                "lastTransitionTime": "2025-01-02T03:04:05Z",
+            }
+        ],
+    }
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, NS, "submissions", sub_name, {"status": status}
+    )
+    got = custom.get_namespaced_custom_object(GROUP, VERSION, NS, "submissions", sub_name)
+    assert got["status"]["signals"]["alert_cleared"]["value"] == 12.5
+    assert got["status"]["signals"]["ci_green"]["value"] is False
+    assert got["status"]["diagnosis"] == status["diagnosis"]
+    assert got["status"]["reason"] == "CIRed"
+
+
+def test_kubectl_get_shows_printer_columns(crds: ControlPlane, custom: Any) -> None:
+    body = example("incident.yaml")
+    body["metadata"]["name"] = "printed"
+    create(custom, "incidents", body)
+    custom.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        NS,
+        "incidents",
+        "printed",
+        {
+            "status": {
+                "phase": "AlertFiring",
+                "alert": "CatalogLatencyHigh",
+                "verdict": {"score": 0.5, "passed": False},
+                "conditions": [
+                    {
+                        "type": "Succeeded",
+                        "status": "Unknown",
+                        "reason": "AwaitingSubmission",
+                        "message": "Waiting for a fix.",
+                        "lastTransitionTime": "2025-01-02T03:04:05Z",
+                    }
+                ],
+            }
+        },
+    )
+    out = crds.kubectl("get", "incidents", "printed", "-n", NS).stdout.splitlines()
+    assert out[0].split() == ["NAME", "PHASE", "SCENARIO", "ALERT", "SCORE", "PASSED", "AGE"]
+    row = out[1].split()
+    assert row[:6] == [
+        "printed",
+        "AlertFiring",
+        "latency-cache-stampede",
+        "CatalogLatencyHigh",
+        "0.5",
+        "false",
+    ]
+    wide = crds.kubectl("get", "inc", "printed", "-n", NS, "-o", "wide").stdout
+    assert wide.splitlines()[0].split()[-1] == "MESSAGE"
+    assert "Waiting for a fix." in wide
+    subs = crds.kubectl("get", "sub", "-n", NS).stdout.splitlines()
+    assert subs[0].split() == ["NAME", "INCIDENT", "PASSED", "SCORE", "REASON", "AGE"]
+    # the category lists both kinds
+    both = crds.kubectl("get", "sreforge", "-n", NS, "-o", "name").stdout
+    assert "incident.sreforge.dev/printed" in both
+    assert "submission.sreforge.dev/" in both
+
+
+# ---------------------------------------------------------------- chart and base
+def test_helm_lint_strict(helm: Any) -> None:
+    res = helm("lint", "--strict", str(CHART))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 chart(s) failed" in res.stdout
+
+
+def test_helm_values_schema_refuses_unknown_values(helm: Any) -> None:
+    res = helm("template", "x", str(CHART), "--set", "agent.namespace=Not_Valid")
+    assert res.returncode != 0
+    assert "at '/agent/namespace': 'Not_Valid' does not match pattern" in res.stderr, res.stderr
+    typo = helm("template", "x", str(CHART), "--set", "replicas=2")
+    assert typo.returncode != 0
+    assert "additional properties 'replicas' not allowed" in typo.stderr, typo.stderr
+
+
+def _dry_run(cp: ControlPlane, manifest: str) -> str:
+    res = cp.kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=sreforge-test",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input_text=manifest,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_helm_template_is_accepted_by_the_server(crds: ControlPlane, helm: Any) -> None:
+    crds.kubectl("create", "namespace", "sreforge-helm")
+    res = helm("template", "sreforge", str(CHART), "-n", "sreforge-helm", "--include-crds")
+    assert res.returncode == 0, res.stderr
+    docs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    kinds = sorted({d["kind"] for d in docs})
+    assert kinds == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "CustomResourceDefinition",
+            "Deployment",
+            "Role",
+            "RoleBinding",
+            "ServiceAccount",
+        ]
+    )
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    _assert_hardened(deployment)
+    out = _dry_run(crds, res.stdout)
+    assert "deployment.apps/sreforge-operator serverside-applied (server dry run)" in out, out
+
+
+def test_kustomize_base_is_accepted_by_the_server(crds: ControlPlane) -> None:
+    manifest = crds.kubectl("kustomize", str(REPO_ROOT / "manifests")).stdout
+    docs = [d for d in yaml.safe_load_all(manifest) if d]
+    crd_docs = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    assert sorted(d["metadata"]["name"] for d in crd_docs) == sorted(CRDS)
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert deployment["metadata"]["namespace"] == "sreforge-system"
+    _assert_hardened(deployment)
+    crds.kubectl("create", "namespace", "sreforge-system")
+    out = _dry_run(crds, manifest)
+    assert "serverside-applied (server dry run)" in out
+    agent = crds.kubectl("kustomize", str(REPO_ROOT / "manifests" / "agent")).stdout
+    crds.kubectl("create", "namespace", "sreforge-agents")
+    assert "role.rbac.authorization.k8s.io/sreforge-agent" in _dry_run(crds, agent)
+
+
+def _assert_hardened(deployment: dict[str, Any]) -> None:
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert container["command"] == [
+        "kopf",
+        "run",
+        "--standalone",
+        "--all-namespaces",
+        "--liveness=http://0.0.0.0:8080/healthz",
+        "-m",
+        "sreforge.handlers",
+    ]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+# ---------------------------------------------------------------- agent RBAC
+def _apply_agent_rbac(cp: ControlPlane, helm: Any, source: str) -> str:
+    """Apply the agent Role from the chart or the kustomize base; its ServiceAccount."""
+    if source == "helm":
+        cp.kubectl("create", "namespace", HELM_AGENT_NS)
+        res = helm(
+            "template",
+            "sreforge",
+            str(CHART),
+            "-n",
+            HELM_AGENT_NS,
+            "--show-only",
+            "templates/agent-rbac.yaml",
+        )
+        assert res.returncode == 0, res.stderr
+        cp.kubectl("apply", "-f", "-", input_text=res.stdout)
+        return f"system:serviceaccount:{HELM_AGENT_NS}:sreforge-agent"
+    cp.kubectl("apply", "-k", str(REPO_ROOT / "manifests" / "agent"))
+    return "system:serviceaccount:sreforge-agents:sreforge-agent"
+
+
+@pytest.mark.parametrize("source", ["helm", "kustomize"])
+def test_agent_role_grants_submissions_and_nothing_else(
+    crds: ControlPlane, helm: Any, source: str
+) -> None:
+    who = _apply_agent_rbac(crds, helm, source)
+    ns = who.split(":")[2]
+
+    def can_i(verb: str, resource: str, *extra: str) -> str:
+        res = crds.kubectl(
+            "auth", "can-i", verb, resource, "-n", ns, f"--as={who}", *extra, check=False
+        )
+        return res.stdout.strip()
+
+    wait_for("RBAC to allow create submissions", lambda: can_i("create", "submissions") == "yes")
+    allowed = [
+        ("get", "incidents"),
+        ("list", "incidents"),
+        ("watch", "incidents"),
+        ("get", "submissions"),
+        ("list", "submissions"),
+    ]
+    for verb, resource in allowed:
+        assert can_i(verb, resource) == "yes", (verb, resource)
+    denied = [
+        ("patch", "deployments"),
+        ("get", "secrets"),
+        ("get", "configmaps"),
+        ("create", "incidents"),
+        ("delete", "submissions"),
+        ("update", "submissions"),
+        ("create", "pods"),
+        ("create", "jobs"),
+    ]
+    for verb, resource in denied:
+        assert can_i(verb, resource) == "no", (verb, resource)
+    assert can_i("patch", "incidents", "--subresource=status") == "no"
+    assert can_i("patch", "submissions", "--subresource=status") == "no"
+    # nothing outside its own namespace
+    other = crds.kubectl(
+        "auth", "can-i", "create", "submissions", "-n", NS, f"--as={who}", check=False
+    )
+    assert other.stdout.strip() == "no"
