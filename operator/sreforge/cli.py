@@ -57,8 +57,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("interrupted: the run was recorded Inconclusive and its processes stopped",
-              file=sys.stderr)
+        print(
+            "interrupted: the run was recorded Inconclusive and its processes stopped",
+            file=sys.stderr,
+        )
         return 130
     run_dir = run.dir
     if record.get("submission", {}).get("rca"):
