@@ -29,7 +29,7 @@ pytestmark = [
 ]
 
 
-def run(tmp_path: Path, patch: Path) -> tuple[int, dict[str, object], str]:
+def run(tmp_path: Path, patch: Path, *extra: str) -> tuple[int, dict[str, object], str]:
     proc = subprocess.run(
         [
             sys.executable,
@@ -43,6 +43,7 @@ def run(tmp_path: Path, patch: Path) -> tuple[int, dict[str, object], str]:
             SUSTAIN,
             "--runs-dir",
             str(tmp_path),
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -56,8 +57,16 @@ def run(tmp_path: Path, patch: Path) -> tuple[int, dict[str, object], str]:
 
 @pytest.mark.parametrize("fix", sorted(p.name for p in (SCENARIO / "fixes").glob("*.patch")))
 def test_reference_fix_passes(tmp_path: Path, fix: str) -> None:
-    code, record, out = run(tmp_path, SCENARIO / "fixes" / fix)
+    # One fix also runs the control window: the healthy build under the same load is quiet.
+    control = ("--control-seconds", "15") if fix == "restore-simplecache.patch" else ()
+    code, record, out = run(tmp_path, SCENARIO / "fixes" / fix, *control)
     assert record["passed"] is True, out
+    if control:
+        assert record["control"] == {
+            "seconds": 15,
+            "warmupSeconds": record["control"]["warmupSeconds"],
+            "targetFired": False,
+        }, out  # type: ignore[index]
     assert code == 0
     assert record["reason"] == "Passed"
     assert float(record["score"]) >= 0.85  # type: ignore[arg-type]

@@ -259,16 +259,36 @@ class LocalRun:
         self.wall["setup"] = time.time() - t0
 
     def _control_window(self) -> None:
-        """Observe the healthy build under the same load: the target alert must stay quiet."""
+        """Observe the healthy build under the same load: the target alert must stay quiet.
+
+        The window starts once the healthy build has warmed up (its cold cache is a start-up
+        transient, not the incident): when the target alert is neither pending nor firing.
+        """
         assert self.telemetry is not None
-        self._say(f"control: healthy build under load for {self.opts.control_seconds}s")
+        target = self.scenario.target_alert
+        warm_start = time.time()
+        deadline = warm_start + self.scenario.verify.fire_timeout_seconds
+        while time.time() < deadline:
+            alerts = self.telemetry.alerts()
+            if alerts is not None and target not in alerts[0] and target not in alerts[1]:
+                break
+            time.sleep(1)
+        warmup = time.time() - warm_start
+        self._say(
+            f"control: healthy build under load for {self.opts.control_seconds}s "
+            f"(after {warmup:.0f}s of warm-up)"
+        )
         end = time.time() + self.opts.control_seconds
         fired = False
         while time.time() < end:
             alerts = self.telemetry.alerts()
-            fired = fired or bool(alerts and self.scenario.target_alert in alerts[0])
+            fired = fired or bool(alerts and target in alerts[0])
             time.sleep(1)
-        self.control = {"seconds": self.opts.control_seconds, "targetFired": fired}
+        self.control = {
+            "seconds": self.opts.control_seconds,
+            "warmupSeconds": round(warmup, 1),
+            "targetFired": fired,
+        }
 
     # ----- actions -----------------------------------------------------------------
     def _act(self, action: Action) -> loop.Event | None:
