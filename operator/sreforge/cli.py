@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from sreforge import judge
+from sreforge import judge, leaderboard, report
 from sreforge.api.scenario import Scenario, ScenarioError, discover, load_scenario
 from sreforge.api.verdict import Reason
 from sreforge.runtime.local import LocalRun, RunOptions
@@ -65,6 +65,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir = run.dir
     if record.get("submission", {}).get("rca"):
         judge.judge_run(run_dir)
+    try:
+        _png, html = report.write_report(run_dir)
+        print(f"report   {html}", file=sys.stderr)
+    except (OSError, ValueError) as exc:  # the verdict stands without its picture
+        print(f"warning: report not written: {exc}", file=sys.stderr)
     _print_summary(record, run_dir)
     if record["passed"]:
         return EXIT_PASSED
@@ -266,6 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--markdown", type=Path, help="write the table to this file")
     val.add_argument("-v", "--verbose", action="store_true", help="progress lines of each run")
     val.set_defaults(func=cmd_scenarios_validate)
+
+    rp = sub.add_parser("report", help="write report.html and timeline.png for a run")
+    report.add_arguments(rp)
+    rp.set_defaults(func=report.cli)
+
+    rs = sub.add_parser("runs", help="the leaderboard: every run in a runs directory")
+    leaderboard.add_arguments(rs)
+    rs.set_defaults(func=leaderboard.cli)
 
     jd = sub.add_parser("judge", help="grade a run's root-cause write-up (diagnosis.json)")
     judge.add_arguments(jd)

@@ -104,7 +104,7 @@ class Telemetry:
         try:
             return list(
                 self._prom.custom_query_range(
-                    query, start_time=_dt(start), end_time=_dt(end), step=f"{step}s"
+                    query, start_time=_dt(start), end_time=_dt(end), step=f"{step:g}s"
                 )
             )
         except _ERRORS:

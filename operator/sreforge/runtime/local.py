@@ -41,6 +41,8 @@ SAMPLED_PHASES = {
     Phase.VERIFYING,
 }
 PROGRESS_EVERY_SECONDS = 5.0
+# Quiet this long (a rate window plus the rules' `for`) before the injection counts.
+QUIET_SECONDS = 15.0
 RECORD_SCHEMA = "sreforge.record.v1"
 
 # Range queries recorded into the run directory before Prometheus stops (for reports).
@@ -254,41 +256,47 @@ class LocalRun:
             if time.monotonic() > deadline:
                 raise ProcessError("Prometheus saw no load-generator metrics within 30s")
             time.sleep(0.5)
+        self._say("waiting for the healthy build to warm up (target alert quiet)")
+        self.wall["warmup"] = self._wait_quiet()
         if self.opts.control_seconds:
             self._control_window()
         self.wall["setup"] = time.time() - t0
 
-    def _control_window(self) -> None:
-        """Observe the healthy build under the same load: the target alert must stay quiet.
-
-        The window starts once the healthy build has warmed up (its cold cache is a start-up
-        transient, not the incident): when the target alert is neither pending nor firing.
-        """
+    def _wait_quiet(self) -> float:
+        """Wait until the healthy build has warmed up: the target alert neither pending nor
+        firing. The injection starts from quiet, so the fire it confirms is the regression's,
+        not the healthy build's cold-cache transient. Returns the seconds waited."""
         assert self.telemetry is not None
         target = self.scenario.target_alert
-        warm_start = time.time()
-        deadline = warm_start + self.scenario.verify.fire_timeout_seconds
+        started = time.time()
+        deadline = started + self.scenario.verify.fire_timeout_seconds
+        quiet_since: float | None = None
         while time.time() < deadline:
             alerts = self.telemetry.alerts()
             if alerts is not None and target not in alerts[0] and target not in alerts[1]:
-                break
+                quiet_since = quiet_since or time.time()
+                if time.time() - quiet_since >= QUIET_SECONDS:
+                    return time.time() - started
+            else:
+                quiet_since = None
             time.sleep(1)
-        warmup = time.time() - warm_start
-        self._say(
-            f"control: healthy build under load for {self.opts.control_seconds}s "
-            f"(after {warmup:.0f}s of warm-up)"
+        raise ProcessError(
+            f"{target} is still pending or firing on the healthy build after "
+            f"{self.scenario.verify.fire_timeout_seconds}s: the scenario's baseline is unhealthy"
         )
+
+    def _control_window(self) -> None:
+        """Observe the healthy build under the same load: the target alert must stay quiet."""
+        assert self.telemetry is not None
+        target = self.scenario.target_alert
+        self._say(f"control: healthy build under load for {self.opts.control_seconds}s")
         end = time.time() + self.opts.control_seconds
         fired = False
         while time.time() < end:
             alerts = self.telemetry.alerts()
             fired = fired or bool(alerts and target in alerts[0])
             time.sleep(1)
-        self.control = {
-            "seconds": self.opts.control_seconds,
-            "warmupSeconds": round(warmup, 1),
-            "targetFired": fired,
-        }
+        self.control = {"seconds": self.opts.control_seconds, "targetFired": fired}
 
     # ----- actions -----------------------------------------------------------------
     def _act(self, action: Action) -> loop.Event | None:

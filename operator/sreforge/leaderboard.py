@@ -1,0 +1,222 @@
+"""`sreforge runs [--runs-dir DIR] [--json]`: every recorded run, and a per-scenario summary.
+
+One row per run directory holding a readable record.json. Ungraded runs (`Inconclusive`,
+a harness fault, and `AlertNeverFired`, where nothing was ever handed off) are listed but
+counted apart: DESIGN.md leaves them out of scores, so they are excluded from the pass rate
+and the mean score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+UNGRADED_REASONS = frozenset({"Inconclusive", "AlertNeverFired"})
+INTERPRETERS = re.compile(r"python[0-9.]*|pypy[0-9.]*|sh|bash|node|env|uv|uvx")
+
+
+@dataclass(frozen=True)
+class RunRow:
+    scenario: str
+    runId: str
+    label: str  # the fix or agent: basename of submission.source
+    passed: bool
+    score: float
+    reason: str
+    timeToClearSeconds: float | None
+    durationSeconds: float | None
+    started: str | None
+
+    @property
+    def graded(self) -> bool:
+        return self.reason not in UNGRADED_REASONS
+
+
+@dataclass(frozen=True)
+class ScenarioSummary:
+    scenario: str
+    runs: int
+    graded: int
+    passed: int
+    ungraded: int  # Inconclusive / AlertNeverFired: not in pass rate nor mean score
+    passRate: float | None
+    meanScore: float | None
+
+
+def _opt_float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _label(source: Any) -> str:
+    """Basename of submission.source: a patch path, or for an agent command the basename of
+    its first word that is not an interpreter or an option ("python agents/a.py -x" -> a.py)."""
+    if not source:
+        return "-"
+    text = str(source).strip()
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    for word in words:
+        name = Path(word.rstrip("/")).name
+        if name and not word.startswith("-") and not INTERPRETERS.fullmatch(name):
+            return name
+    return Path(text).name or "-"
+
+
+def _obj(record: dict[str, Any], key: str) -> dict[str, Any]:
+    value = record.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _row(record: Any) -> RunRow:
+    """A RunRow from a parsed record; ValueError if it lacks what a row needs."""
+    if not isinstance(record, dict):
+        raise ValueError("record is not an object")
+    try:
+        scenario = record["scenario"]["name"]
+        run_id = record["runId"]
+        passed = record["passed"]
+        score = record["score"]
+        reason = record["reason"]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"missing field {exc}") from exc
+    if not isinstance(passed, bool) or _opt_float(score) is None:
+        raise ValueError("passed/score have the wrong type")
+    submission, wall, stamps = (
+        _obj(record, key) for key in ("submission", "wallTimeSeconds", "timestamps")
+    )
+    return RunRow(
+        scenario=str(scenario),
+        runId=str(run_id),
+        label=_label(submission.get("source")),
+        passed=passed,
+        score=float(score),
+        reason=str(reason),
+        timeToClearSeconds=_opt_float(record.get("timeToClearSeconds")),
+        durationSeconds=_opt_float(wall.get("total")),
+        started=stamps.get("started"),
+    )
+
+
+def collect_with_skipped(runs_dir: Path) -> tuple[list[RunRow], list[Path]]:
+    """All readable runs under runs_dir (by start time), and the run dirs that were skipped
+    (no record.json yet, unreadable or malformed)."""
+    rows: list[RunRow] = []
+    skipped: list[Path] = []
+    if not Path(runs_dir).is_dir():
+        return rows, skipped
+    for d in sorted(p for p in Path(runs_dir).iterdir() if p.is_dir()):
+        try:
+            rows.append(_row(json.loads((d / "record.json").read_text(encoding="utf-8"))))
+        except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            skipped.append(d)
+    rows.sort(key=lambda r: (r.started or "", r.runId))
+    return rows, skipped
+
+
+def collect(runs_dir: Path) -> list[RunRow]:
+    """All readable runs under runs_dir; unreadable dirs are skipped (see collect_with_skipped)."""
+    return collect_with_skipped(runs_dir)[0]
+
+
+def summary(rows: list[RunRow]) -> list[ScenarioSummary]:
+    """Per scenario (sorted by name): runs, passed, pass rate and mean score over graded runs."""
+    out = []
+    for name in sorted({r.scenario for r in rows}):
+        mine = [r for r in rows if r.scenario == name]
+        graded = [r for r in mine if r.graded]
+        passed = sum(r.passed for r in graded)
+        out.append(
+            ScenarioSummary(
+                scenario=name,
+                runs=len(mine),
+                graded=len(graded),
+                passed=passed,
+                ungraded=len(mine) - len(graded),
+                passRate=passed / len(graded) if graded else None,
+                meanScore=sum(r.score for r in graded) / len(graded) if graded else None,
+            )
+        )
+    return out
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def format_table(rows: list[RunRow], sums: list[ScenarioSummary], skipped: int = 0) -> str:
+    lines = [
+        f"{'SCENARIO':<26} {'RUN':<46} {'FIX/AGENT':<30} {'VERDICT':<7} {'SCORE':>6} "
+        f"{'REASON':<16} {'TTC(s)':>7} {'DUR(s)':>7}  STARTED"
+    ]
+    for r in rows:
+        verdict = "PASS" if r.passed else ("FAIL" if r.graded else "n/a")
+        lines.append(
+            f"{r.scenario:<26} {r.runId:<46} {r.label:<30} {verdict:<7} {r.score:>6.3f} "
+            f"{r.reason:<16} {_num(r.timeToClearSeconds, '.1f'):>7} "
+            f"{_num(r.durationSeconds, '.1f'):>7}  {r.started or '-'}"
+        )
+    lines += [
+        "",
+        f"{'SCENARIO':<26} {'RUNS':>5} {'GRADED':>6} {'PASSED':>6} {'PASS RATE':>9} "
+        f"{'MEAN SCORE':>10} {'UNGRADED':>8}",
+    ]
+    for s in sums:
+        rate = "-" if s.passRate is None else f"{s.passRate:.0%}"
+        lines.append(
+            f"{s.scenario:<26} {s.runs:>5} {s.graded:>6} {s.passed:>6} {rate:>9} "
+            f"{_num(s.meanScore, '.3f'):>10} {s.ungraded:>8}"
+        )
+    lines.append(
+        f"\n{len(rows)} runs"
+        + (f", {skipped} unreadable run dirs skipped" if skipped else "")
+        + " (ungraded = Inconclusive/AlertNeverFired: not in pass rate or mean score)"
+    )
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default: runs")
+    parser.add_argument("--json", action="store_true", help="one JSON object: runs, scenarios")
+
+
+def cli(args: argparse.Namespace) -> int:
+    runs_dir: Path = args.runs_dir
+    if not runs_dir.is_dir():
+        print(f"error: {runs_dir}: no such directory", file=sys.stderr)
+        return 2
+    rows, skipped = collect_with_skipped(runs_dir)
+    sums = summary(rows)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "runs": [asdict(r) | {"graded": r.graded} for r in rows],
+                    "scenarios": [asdict(s) for s in sums],
+                    "skipped": len(skipped),
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(format_table(rows, sums, len(skipped)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sreforge runs", description=__doc__)
+    add_arguments(parser)
+    return cli(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

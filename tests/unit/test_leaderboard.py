@@ -1,0 +1,174 @@
+"""`sreforge runs`: the leaderboard over synthetic run directories."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sreforge import leaderboard
+
+
+def _record(
+    scenario: str,
+    run_id: str,
+    *,
+    passed: bool,
+    score: float,
+    reason: str,
+    source: str = "scenarios/x/fixes/some-fix.patch",
+    started: str = "2026-12-02T18:00:00+00:00",
+    ttc: float | None = None,
+    total: float | None = 60.0,
+) -> dict[str, Any]:
+    return {
+        "schema": "sreforge.record.v1",
+        "runId": run_id,
+        "scenario": {"name": scenario, "targetAlert": "SomeAlert"},
+        "submission": {"kind": "fix", "source": source},
+        "passed": passed,
+        "score": score,
+        "passThreshold": 0.85,
+        "reason": reason,
+        "message": "m",
+        "timestamps": {"started": started},
+        "timeToClearSeconds": ttc,
+        "wallTimeSeconds": {"total": total} if total is not None else {},
+    }
+
+
+def _write(runs: Path, record: dict[str, Any]) -> None:
+    d = runs / record["runId"]
+    d.mkdir(parents=True)
+    (d / "record.json").write_text(json.dumps(record), encoding="utf-8")
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    runs = tmp_path / "runs"
+    a, b = "alpha-scenario", "beta-scenario"
+    for rec in [
+        _record(a, "a1", passed=True, score=0.98, reason="Passed", ttc=12.5, started="T01"),
+        _record(a, "a2", passed=False, score=0.35, reason="NotCleared", started="T02"),
+        _record(a, "a3", passed=True, score=0.90, reason="Passed", ttc=30.0, started="T03"),
+        _record(a, "a4", passed=False, score=0.0, reason="Inconclusive", started="T04"),
+        _record(
+            b,
+            "b1",
+            passed=False,
+            score=0.0,
+            reason="CIRed",
+            source="/tmp/decoys/break-tests.patch",
+            started="T05",
+            total=None,
+        ),
+        _record(
+            b, "b2", passed=False, score=0.0, reason="AlertNeverFired", source="", started="T06"
+        ),
+        _record(
+            b,
+            "b3",
+            passed=True,
+            score=0.96,
+            reason="Passed",
+            source="python agents/my_agent.py --fast",
+            started="T07",
+        ),
+    ]:
+        _write(runs, rec)
+    (runs / "corrupt").mkdir()
+    (runs / "corrupt" / "record.json").write_text('{"runId": "trunc', encoding="utf-8")
+    (runs / "in-progress").mkdir()  # no record.json yet
+    (runs / "wrong-shape").mkdir()
+    (runs / "wrong-shape" / "record.json").write_text("[1, 2]", encoding="utf-8")
+    (runs / "stray-file.txt").write_text("not a run dir", encoding="utf-8")
+    return runs
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser()
+    leaderboard.add_arguments(parser)
+    code = leaderboard.cli(parser.parse_args(list(argv)))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_collect_reads_rows_and_skips_unreadable(runs_dir: Path) -> None:
+    rows, skipped = leaderboard.collect_with_skipped(runs_dir)
+    assert [r.runId for r in rows] == ["a1", "a2", "a3", "a4", "b1", "b2", "b3"]
+    assert sorted(p.name for p in skipped) == ["corrupt", "in-progress", "wrong-shape"]
+    assert leaderboard.collect(runs_dir) == rows
+    by_id = {r.runId: r for r in rows}
+    assert by_id["a1"].label == "some-fix.patch"
+    assert by_id["a1"].timeToClearSeconds == 12.5
+    assert by_id["a1"].durationSeconds == 60.0
+    assert by_id["b1"].label == "break-tests.patch"
+    assert by_id["b1"].durationSeconds is None
+    assert by_id["b2"].label == "-"
+    assert by_id["b3"].label == "my_agent.py"
+    assert not by_id["a4"].graded
+    assert not by_id["b2"].graded
+
+
+def test_summary_excludes_ungraded_from_pass_rate_and_mean(runs_dir: Path) -> None:
+    sums = {s.scenario: s for s in leaderboard.summary(leaderboard.collect(runs_dir))}
+    a, b = sums["alpha-scenario"], sums["beta-scenario"]
+    assert (a.runs, a.graded, a.passed, a.ungraded) == (4, 3, 2, 1)
+    assert a.passRate == pytest.approx(2 / 3)
+    assert a.meanScore == pytest.approx((0.98 + 0.35 + 0.90) / 3)
+    assert (b.runs, b.graded, b.passed, b.ungraded) == (3, 2, 1, 1)
+    assert b.passRate == pytest.approx(0.5)
+    assert b.meanScore == pytest.approx(0.48)
+
+
+def test_summary_of_only_ungraded_runs_has_no_rate() -> None:
+    row = leaderboard.RunRow("s", "r", "-", False, 0.0, "Inconclusive", None, None, None)
+    (s,) = leaderboard.summary([row])
+    assert (s.runs, s.graded, s.ungraded, s.passRate, s.meanScore) == (1, 0, 1, None, None)
+
+
+def test_cli_text_table(runs_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(capsys, "--runs-dir", str(runs_dir))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["SCENARIO", "RUN", "FIX/AGENT", "VERDICT"]
+    a1 = next(line for line in lines if " a1 " in line)
+    assert "some-fix.patch" in a1
+    assert "PASS" in a1
+    assert "12.5" in a1
+    assert "n/a" in next(line for line in lines if " a4 " in line)  # Inconclusive: ungraded
+    alpha = next(line for line in lines if line.startswith("alpha-scenario") and "%" in line)
+    assert alpha.split() == ["alpha-scenario", "4", "3", "2", "67%", "0.743", "1"]
+    beta = next(line for line in lines if line.startswith("beta-scenario") and "%" in line)
+    assert beta.split() == ["beta-scenario", "3", "2", "1", "50%", "0.480", "1"]
+    assert "3 unreadable run dirs skipped" in out
+
+
+def test_cli_json(runs_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(capsys, "--runs-dir", str(runs_dir), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) >= {"runs", "scenarios"}
+    assert data["skipped"] == 3
+    assert len(data["runs"]) == 7
+    first = data["runs"][0]
+    assert first["runId"] == "a1"
+    assert first["label"] == "some-fix.patch"
+    assert first["passed"] is True
+    assert first["reason"] == "Passed"
+    rates = {s["scenario"]: s["passRate"] for s in data["scenarios"]}
+    assert rates == {"alpha-scenario": pytest.approx(2 / 3), "beta-scenario": 0.5}
+    alpha = next(s for s in data["scenarios"] if s["scenario"] == "alpha-scenario")
+    assert (alpha["runs"], alpha["passed"], alpha["ungraded"]) == (4, 2, 1)
+
+
+def test_cli_empty_and_missing_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(capsys, "--runs-dir", str(tmp_path), "--json")
+    assert code == 0
+    assert json.loads(out) == {"runs": [], "scenarios": [], "skipped": 0}
+    code, _, err = _cli(capsys, "--runs-dir", str(tmp_path / "nope"))
+    assert code == 2
+    assert "no such directory" in err
