@@ -158,8 +158,11 @@ class LocalRun:
         proc.wait_http(f"http://127.0.0.1:{port}{svc.health_path}", svc.deploy_timeout_seconds)
         return proc, port
 
-    def _swap_service(self, tree: Path, label: str) -> None:
-        """Start `tree` beside the running build, move the load and the scrape, stop the old."""
+    def _swap_service(self, tree: Path, label: str) -> float:
+        """Start `tree` beside the running build, move the load and the scrape, stop the old.
+
+        Returns the moment the load moved: that is the rollout time, not the old build's exit.
+        """
         new, port = self._start_service(tree, label)
         old = self.service
         self.service, self.service_port = new, port
@@ -169,8 +172,10 @@ class LocalRun:
             self._post_json(
                 f"http://127.0.0.1:{self.loadgen_port}/target", {"url": f"http://127.0.0.1:{port}"}
             )
+        switched = time.time()
         if old is not None:
             old.stop()
+        return switched
 
     @staticmethod
     def _post_json(url: str, body: dict[str, Any]) -> None:
@@ -304,8 +309,7 @@ class LocalRun:
         match action:
             case Action.INJECT:
                 self._say("inject: swapping in the regressed build")
-                self._swap_service(self.regressed, "regressed")
-                return loop.Injected(t=now())
+                return loop.Injected(t=self._swap_service(self.regressed, "regressed"))
             case Action.SAMPLE | Action.FINISH:
                 return None
             case Action.HAND_OFF:
@@ -403,14 +407,14 @@ class LocalRun:
         assert self.patched_tree is not None
         self._say("deploy: rolling out the patched build")
         try:
-            self._swap_service(self.patched_tree, "patched")
+            switched = self._swap_service(self.patched_tree, "patched")
         except ProcessError as exc:
             self.wall["deploy"] = time.time() - t0
             self._say(f"deploy failed: {str(exc).splitlines()[0]}")
             self.deploy_error = str(exc)
             return loop.DeployFailed(t=time.time(), reason=str(exc)[:2000])
-        self.wall["deploy"] = time.time() - t0
-        return loop.Deployed(t=time.time())
+        self.wall["deploy"] = switched - t0
+        return loop.Deployed(t=switched)
 
     # ----- the drive loop ----------------------------------------------------------
     def execute(self) -> dict[str, Any]:
