@@ -180,6 +180,16 @@ def run_gate(
             shutil.copyfile(src, dest)
     steps = [["python", "-m", "compileall", "-q", "."], list(test_command)]
     output = ""
+
+    def result(status: CIStatus, reason: str) -> CIResult:
+        return CIResult(
+            status=status,
+            reason=reason,
+            output_tail=output[-OUTPUT_TAIL_CHARS:],
+            files_changed=files,
+            duration_seconds=time.monotonic() - started,
+        )
+
     for argv in steps:
         try:
             proc = subprocess.run(
@@ -191,26 +201,8 @@ def run_gate(
                 env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
             )
         except subprocess.TimeoutExpired:
-            return CIResult(
-                status=CIStatus.RED,
-                reason=f"{' '.join(argv)} timed out",
-                output_tail=output[-OUTPUT_TAIL_CHARS:],
-                files_changed=files,
-                duration_seconds=time.monotonic() - started,
-            ), None
+            return result(CIStatus.RED, f"{' '.join(argv)} timed out"), None
         output += proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
         if proc.returncode != 0:
-            return CIResult(
-                status=CIStatus.RED,
-                reason=f"`{' '.join(argv)}` exited {proc.returncode}",
-                output_tail=output[-OUTPUT_TAIL_CHARS:],
-                files_changed=files,
-                duration_seconds=time.monotonic() - started,
-            ), None
-    return CIResult(
-        status=CIStatus.GREEN,
-        reason="build and tests passed",
-        output_tail=output[-OUTPUT_TAIL_CHARS:],
-        files_changed=files,
-        duration_seconds=time.monotonic() - started,
-    ), workdir
+            return result(CIStatus.RED, f"`{' '.join(argv)}` exited {proc.returncode}"), None
+    return result(CIStatus.GREEN, "build and tests passed"), workdir
