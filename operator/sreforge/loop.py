@@ -128,7 +128,7 @@ class RunState(BaseModel):
     ci_finished_at: float | None = None
     ci: CIResult | None = None
     redeployed_at: float | None = None
-    firing_before_redeploy: frozenset[str] = frozenset()
+    active_before_redeploy: frozenset[str] = frozenset()
     verdict: Verdict | None = None
     restored_at: float | None = None
     fault: str | None = None
@@ -139,14 +139,15 @@ class RunState(BaseModel):
             target_alert=self.target_alert,
             ci=self.ci or CIResult(status=CIStatus.ERROR, reason="CI never ran"),
             redeployed_at=self.redeployed_at,
-            firing_before_redeploy=self.firing_before_redeploy,
+            active_before_redeploy=self.active_before_redeploy,
             samples=[s for s in self.samples if self.redeployed_at and s.t >= self.redeployed_at],
         )
 
-    def last_firing(self) -> frozenset[str]:
+    def last_active(self) -> frozenset[str]:
+        """Alerts pending or firing at the last known sample."""
         for s in reversed(self.samples):
             if s.firing is not None:
-                return s.firing
+                return s.firing | s.pending
         return frozenset()
 
 
@@ -216,7 +217,7 @@ def step(state: RunState, event: Event) -> list[Action]:
             return _finish_with(state, oracle.evaluate(state.observations(), state.verify))
         case (Phase.DEPLOYING, Deployed(t=t)):
             state.redeployed_at = t
-            state.firing_before_redeploy = state.last_firing()
+            state.active_before_redeploy = state.last_active()
             state.phase = Phase.VERIFYING
             return [Action.SAMPLE]
         case (Phase.DEPLOYING, DeployFailed()):

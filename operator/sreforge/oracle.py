@@ -36,7 +36,9 @@ class VerifyObservations(BaseModel):
     target_alert: str
     ci: CIResult
     redeployed_at: float | None
-    firing_before_redeploy: frozenset[str] = frozenset()
+    # Alerts pending or firing at the last sample before the redeploy: their episode began
+    # under the old build, so carrying on into firing after the redeploy is not new.
+    active_before_redeploy: frozenset[str] = frozenset()
     samples: list[AlertSample] = []
 
 
@@ -69,16 +71,23 @@ _STATE_REASON = {
 
 
 def _new_alerts(obs: VerifyObservations) -> list[str]:
-    """Alerts other than the target that go to firing after the fix, in order of first firing."""
+    """Alerts other than the target whose firing episode began after the fix.
+
+    An episode is the run of samples in which the alert is pending or firing. One already
+    active before the redeploy (an old-build condition still in the rule's `for` or rate
+    window) is not new while it lasts; once it ends, a later firing is new. Unknown samples
+    neither end nor start an episode.
+    """
     seen: list[str] = []
-    previous: frozenset[str] = obs.firing_before_redeploy
+    inherited = set(obs.active_before_redeploy)
     for s in obs.samples:
         if s.firing is None:
-            continue  # unknown: compare the next known set with the last known one
-        for name in sorted(s.firing - previous):
+            continue
+        active = s.firing | s.pending
+        inherited &= active
+        for name in sorted(s.firing - inherited):
             if name != obs.target_alert and name not in seen:
                 seen.append(name)
-        previous = s.firing
     return seen
 
 

@@ -45,7 +45,7 @@ def test_full_run_passes_and_restores() -> None:
     assert loop.step(st, loop.CIFinished(t=5, result=green)) == [Action.DEPLOY]
     assert loop.step(st, sampled(5.5, TARGET)) == [Action.SAMPLE]  # timeline during deploy
     assert loop.step(st, loop.Deployed(t=6)) == [Action.SAMPLE]
-    assert st.firing_before_redeploy == {TARGET}
+    assert st.active_before_redeploy == {TARGET}
     t = 6.0
     actions: list[Action] = []
     for t in range(7, 40):

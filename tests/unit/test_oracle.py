@@ -37,7 +37,7 @@ def observe(
         target_alert=TARGET,
         ci=ci,
         redeployed_at=T0 if redeployed else None,
-        firing_before_redeploy=before,
+        active_before_redeploy=before,
         samples=samples,
     )
 
@@ -182,6 +182,30 @@ def test_alert_already_firing_before_the_fix_is_not_new() -> None:
     samples = firing_until(3, 40, extra={t: {"CatalogDown"} for t in range(0, 5)})
     v = oracle.evaluate(observe(samples, before=frozenset({TARGET, "CatalogDown"})), VERIFY)
     assert v.new_alerts == []
+
+
+def test_alert_pending_at_redeploy_that_fires_after_is_the_old_builds() -> None:
+    # Seen in CI: the regressed build's timeouts put CatalogErrorRateHigh in pending just
+    # before the redeploy; its `for: 5s` ran out after it. The episode is the old build's.
+    err = "CatalogErrorRateHigh"
+    samples = [
+        sample(
+            t,
+            ({TARGET} if t < 12 else set()) | ({err} if 3 <= t < 12 else set()),
+            pending=frozenset({err}) if t < 3 else frozenset(),
+        )
+        for t in range(0, 75)
+    ]
+    v = oracle.evaluate(observe(samples, before=frozenset({TARGET, err})), VERIFY)
+    assert v.new_alerts == []
+    assert v.signal("no_new_alerts").value is True
+    # The same alert after its episode ended (here: a fresh one at +40s) is new.
+    again = [sample(t, {err}) if 40 <= t < 50 else s for t, s in enumerate(samples)]
+    v2 = oracle.evaluate(observe(again, before=frozenset({TARGET, err})), VERIFY)
+    assert v2.new_alerts == [err]
+    # Without the pending episode before the redeploy, the first firing is new too.
+    v3 = oracle.evaluate(observe(samples, before=frozenset({TARGET})), VERIFY)
+    assert v3.new_alerts == [err]
 
 
 def test_clear_after_budget_does_not_count() -> None:
