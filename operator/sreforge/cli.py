@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from sreforge import judge, leaderboard, report
-from sreforge.api.scenario import Scenario, ScenarioError, discover, load_scenario
+from sreforge import catalogue, judge, leaderboard, report
+from sreforge.api.scenario import ScenarioError, discover, load_scenario
 from sreforge.api.verdict import Reason
 from sreforge.runtime.local import LocalRun, RunOptions
 from sreforge.runtime.process import ProcessError
@@ -128,14 +128,12 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate_one(
-    scenario: Scenario, patch: Path, expected: str, args: argparse.Namespace, control: int
-) -> dict[str, object]:
+def _validate_one(case: catalogue.Case, args: argparse.Namespace) -> dict[str, object]:
     opts = RunOptions(
         runs_dir=args.runs_dir,
-        fix=patch,
+        fix=case.patch_file(args.runs_dir / ".validate"),
         sustain_seconds=args.sustain_seconds,
-        control_seconds=control,
+        control_seconds=args.control_seconds if case.control else 0,
         live=False,
         progress=(lambda line: print(line, file=sys.stderr))
         if args.verbose
@@ -143,24 +141,10 @@ def _validate_one(
     )
     started = time.monotonic()
     try:
-        record = LocalRun(scenario, repo_root(), opts).execute()
-        got = "pass" if record["passed"] else "fail"
-        failing = ",".join(record.get("failingSignals", [])) or "-"
-        reason, score = str(record["reason"]), float(record["score"])
-        control_fired = (record.get("control") or {}).get("targetFired")
+        record = LocalRun(case.scenario, repo_root(), opts).execute()
     except (ProcessError, ValueError) as exc:
-        got, failing, reason, score, control_fired = "error", str(exc)[:60], "error", 0.0, None
-    return {
-        "scenario": scenario.name,
-        "patch": f"{patch.parent.name}/{patch.name}",
-        "expected": expected,
-        "got": got,
-        "score": score,
-        "reason": reason,
-        "failing": failing,
-        "seconds": round(time.monotonic() - started, 1),
-        "controlFired": control_fired,
-    }
+        return catalogue.error_row(case, str(exc), time.monotonic() - started)
+    return catalogue.row(case, record, time.monotonic() - started)
 
 
 def cmd_scenarios_validate(args: argparse.Namespace) -> int:
@@ -173,55 +157,30 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    todo = [c for s in scenarios for c in catalogue.cases(s) if c.fast or not args.fast]
     rows: list[dict[str, object]] = []
-    header = (
-        f"{'SCENARIO':<26} {'PATCH':<34} {'EXPECTED':<8} {'GOT':<6} {'SCORE':>6} "
-        f"{'REASON':<18} {'FAILING SIGNAL':<30} {'SECONDS':>7}"
-    )
-    print(header)
-    for scenario in scenarios:
-        cases = [(p, "pass") for p in scenario.fixes()] + [(p, "fail") for p in scenario.decoys()]
-        for i, (patch, expected) in enumerate(cases):
-            control = args.control_seconds if i == 0 else 0
-            row = _validate_one(scenario, patch, expected, args, control)
-            rows.append(row)
-            print(
-                f"{row['scenario']:<26} {row['patch']:<34} {expected:<8} {row['got']:<6} "
-                f"{row['score']:>6.3f} {row['reason']:<18} {row['failing']:<30} "
-                f"{row['seconds']:>7}",
-                flush=True,
-            )
-    mismatches = [r for r in rows if r["expected"] != r["got"]]
-    control_bad = [r for r in rows if r["controlFired"]]
-    if args.markdown:
-        _write_validation_md(args.markdown, rows)
     print(
-        f"\n{len(rows)} cases, {len(mismatches)} mismatches"
-        + (f", control fired in {len(control_bad)}" if control_bad else "")
+        f"{'SCENARIO':<32} {'PATCH':<36} {'EXPECTED':<8} {'GOT':<6} {'SCORE':>6} "
+        f"{'REASON':<18} {'FIRED':>6} {'SECONDS':>7}  FAILING SIGNALS"
     )
-    return EXIT_FAILED if mismatches or control_bad else EXIT_PASSED
-
-
-def _write_validation_md(path: Path, rows: list[dict[str, object]]) -> None:
-    lines = [
-        "# Scenario validation",
-        "",
-        "Every reference fix must pass and every decoy must fail through the real loop "
-        "(real Prometheus, service and load). Produced by "
-        "`sreforge scenarios validate --markdown SCENARIOS.md`.",
-        "",
-        "| scenario | patch | expected | got | score | reason | failing signal | seconds "
-        "| control fired |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        control = "-" if r["controlFired"] is None else str(r["controlFired"]).lower()
-        lines.append(
-            f"| {r['scenario']} | {r['patch']} | {r['expected']} | {r['got']} | "
-            f"{r['score']:.3f} | {r['reason']} | {r['failing']} | {r['seconds']} | "
-            f"{control} |"
+    for i, case in enumerate(todo, 1):
+        print(f"[{i}/{len(todo)}] {case.id} ...", file=sys.stderr, flush=True)
+        row = _validate_one(case, args)
+        rows.append(row)
+        fired = "-" if row["fireSeconds"] is None else f"{row['fireSeconds']}s"
+        print(
+            f"{row['scenario']:<32} {row['patch']:<36} {row['expected']:<8} {row['got']:<6} "
+            f"{row['score']:>6.3f} {row['reason']:<18} {fired:>6} {row['seconds']:>7}  "
+            f"{row['failing']}" + (f"\n  MISMATCH: {row['mismatch']}" if row["mismatch"] else ""),
+            flush=True,
         )
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if args.markdown:
+        command = "sreforge scenarios validate" + (" --fast" if args.fast else "")
+        command += "".join(f" {n}" for n in args.names)
+        catalogue.write_markdown(args.markdown, rows, command)
+    mismatches = [r for r in rows if r["mismatch"]]
+    print(f"\n{len(rows)} cases, {len(mismatches)} mismatches")
+    return EXIT_FAILED if mismatches else EXIT_PASSED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="healthy-build control window before the first case of a scenario",
     )
     val.add_argument("--markdown", type=Path, help="write the table to this file")
+    val.add_argument(
+        "--fast", action="store_true", help="only the first fix (with control) and the empty patch"
+    )
     val.add_argument("-v", "--verbose", action="store_true", help="progress lines of each run")
     val.set_defaults(func=cmd_scenarios_validate)
 

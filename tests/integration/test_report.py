@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from typing import Any
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
+from tests.runs import sreforge_run
 
 from sreforge import report
 
@@ -40,34 +39,7 @@ pytestmark = [
 
 
 def _run(runs_dir: Path, patch: Path) -> Path:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT / "operator"), *filter(None, [env.get("PYTHONPATH")])]
-    )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sreforge.cli",
-            "run",
-            str(SCENARIO),
-            "--fix",
-            str(patch),
-            "--sustain-seconds",
-            "15",
-            "--runs-dir",
-            str(runs_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd=ROOT,
-        env=env,
-    )
-    records = list(runs_dir.glob("*/record.json"))
-    assert len(records) == 1, proc.stdout + proc.stderr
-    return records[0].parent
+    return sreforge_run(runs_dir, SCENARIO, "--fix", str(patch), "--sustain-seconds", "15").run_dir
 
 
 @pytest.fixture(scope="module")

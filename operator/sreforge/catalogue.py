@@ -1,0 +1,199 @@
+"""The scenario catalogue's proof: every reference fix passes, the empty patch and every decoy fail.
+
+One mechanism for `sreforge scenarios validate`, the graded-run tests and SCENARIOS.md:
+`cases()` lists what a scenario must show, `row()` turns one real run's record.json into a
+table row, `write_markdown()` writes the table.
+
+A decoy may say how it must fail in its header (the text before the first `diff --git`,
+which `git apply` ignores) with a line `# expect: Refired|NotCleared`; without one, any
+behavioural failure counts. A decoy that ends Inconclusive never counts as failing
+properly: that is the harness failing, not the decoy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sreforge.api.scenario import Scenario
+from sreforge.api.verdict import Reason
+
+EMPTY = "empty"
+_EXPECT = re.compile(r"^#\s*expect:\s*(?P<reasons>[A-Za-z|, ]+)$", re.MULTILINE)
+# Failing for one of these says nothing about the patch.
+NOT_A_BEHAVIOURAL_FAILURE = frozenset(
+    {Reason.PASSED, Reason.INCONCLUSIVE, Reason.ALERT_NEVER_FIRED}
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One graded run a scenario must show: a patch and the outcome it must get."""
+
+    scenario: Scenario
+    patch: Path | None  # None: the empty patch (no fix at all)
+    expected: str  # "pass" | "fail"
+    control: bool = False  # run the healthy-build control window first
+    fast: bool = False  # part of the fast subset
+
+    @property
+    def label(self) -> str:
+        return EMPTY if self.patch is None else f"{self.patch.parent.name}/{self.patch.name}"
+
+    @property
+    def id(self) -> str:
+        return f"{self.scenario.name}:{self.label}"
+
+    def expected_reasons(self) -> frozenset[Reason] | None:
+        """The reasons a failing case may end with, if its decoy names them."""
+        if self.expected == "pass":
+            return frozenset({Reason.PASSED})
+        if self.patch is None:
+            return frozenset({Reason.NOT_CLEARED})
+        head = self.patch.read_text(encoding="utf-8").split("\ndiff --git", 1)[0]
+        match = _EXPECT.search(head)
+        if match is None:
+            return None
+        names = re.split(r"[|, ]+", match["reasons"].strip())
+        return frozenset(Reason(n) for n in names if n)
+
+    def patch_file(self, scratch: Path) -> Path:
+        """The patch to submit; the empty patch is written into `scratch`."""
+        if self.patch is not None:
+            return self.patch
+        scratch.mkdir(parents=True, exist_ok=True)
+        empty = scratch / "empty.patch"
+        empty.write_text("", encoding="utf-8")
+        return empty
+
+
+def cases(scenario: Scenario) -> list[Case]:
+    """Fixes first (the first with the control window), the empty patch, then the decoys.
+
+    The fast subset is the first fix (with its control run) and the empty patch: together
+    they show the alert fires, stays firing without a fix, clears with one, and stays quiet
+    on the healthy build.
+    """
+    fixes = scenario.fixes()
+    out = [Case(scenario, p, "pass", control=i == 0, fast=i == 0) for i, p in enumerate(fixes)]
+    out.append(Case(scenario, None, "fail", fast=True))
+    out += [Case(scenario, p, "fail") for p in scenario.decoys()]
+    return out
+
+
+def judged(case: Case, record: dict[str, Any]) -> tuple[str, str | None]:
+    """("pass"|"fail", why the outcome does not match the case, or None when it matches)."""
+    got = "pass" if record.get("passed") else "fail"
+    reason = str(record.get("reason"))
+    control = record.get("control") or {}
+    if case.control and control.get("targetFired") is not False:
+        return got, f"control window: target fired on the healthy build ({control})"
+    if got != case.expected:
+        return got, f"expected {case.expected}, got {got} ({reason}: {record.get('message')})"
+    allowed = case.expected_reasons()
+    if case.expected == "fail" and reason in NOT_A_BEHAVIOURAL_FAILURE:
+        return got, f"failed only as {reason}: {record.get('message')}"
+    if allowed is not None and reason not in allowed:
+        return got, f"reason {reason}, expected one of {sorted(allowed)}"
+    return got, None
+
+
+def row(case: Case, record: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """The SCENARIOS.md / validate table row of one real run."""
+    got, mismatch = judged(case, record)
+    stamps = record.get("timestamps") or {}
+    fire = _seconds_between(stamps.get("injected"), stamps.get("fired"))
+    control = record.get("control") or {}
+    return {
+        "scenario": case.scenario.name,
+        "patch": case.label,
+        "expected": case.expected,
+        "got": got,
+        "score": float(record.get("score") or 0.0),
+        "reason": str(record.get("reason")),
+        "failing": ",".join(record.get("failingSignals") or []) or "-",
+        "fireSeconds": fire,
+        "redeployed": stamps.get("redeployed") is not None,
+        "controlFired": control.get("targetFired") if case.control else None,
+        "seconds": round(seconds, 1),
+        "mismatch": mismatch,
+    }
+
+
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    if not start or not end:
+        return None
+    delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
+    return round(delta.total_seconds(), 1)
+
+
+def error_row(case: Case, message: str, seconds: float) -> dict[str, Any]:
+    return {
+        "scenario": case.scenario.name,
+        "patch": case.label,
+        "expected": case.expected,
+        "got": "error",
+        "score": 0.0,
+        "reason": "error",
+        "failing": message.replace("\n", " ")[:80],
+        "fireSeconds": None,
+        "redeployed": False,
+        "controlFired": None,
+        "seconds": round(seconds, 1),
+        "mismatch": message,
+    }
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+    return str(value).replace("|", "\\|")
+
+
+COLUMNS = (
+    ("scenario", "scenario"),
+    ("patch", "patch"),
+    ("expected", "expected"),
+    ("got", "got"),
+    ("score", "score"),
+    ("reason", "reason"),
+    ("failing", "failing signals"),
+    ("fireSeconds", "fired after (s)"),
+    ("controlFired", "control fired"),
+    ("seconds", "run (s)"),
+)
+
+
+def markdown(rows: list[dict[str, Any]], command: str) -> str:
+    bad = [r for r in rows if r["mismatch"]]
+    lines = [
+        "# Scenario validation",
+        "",
+        "Every reference fix must pass; the empty patch and every decoy must fail for a",
+        "behavioural reason (never Inconclusive). Each row is one real run: real Prometheus,",
+        "the real service builds, open-model load on 127.0.0.1. *fired after* is the time from",
+        "the regressed build's swap to the target alert firing; *control fired* is whether the",
+        "target alert fired on the healthy build under the same load (the control window).",
+        "",
+        f"Produced by `{command}`: {len(rows)} runs, {len(bad)} mismatches.",
+        "",
+        "| " + " | ".join(title for _, title in COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    for r in rows:
+        lines.append("| " + " | ".join(_cell(r[key]) for key, _ in COLUMNS) + " |")
+    if bad:
+        lines += ["", "## Mismatches", ""]
+        lines += [f"- {r['scenario']} {r['patch']}: {r['mismatch']}" for r in bad]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path: Path, rows: list[dict[str, Any]], command: str) -> None:
+    path.write_text(markdown(rows, command), encoding="utf-8")

@@ -1,0 +1,102 @@
+"""What the catalogue proof asks of each scenario, and how a run's record is judged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sreforge import catalogue
+from sreforge.api.scenario import load_scenario
+from sreforge.api.verdict import Reason
+
+ROOT = Path(__file__).resolve().parents[2]
+STAMPEDE = load_scenario(ROOT / "scenarios" / "latency-cache-stampede")
+
+
+def test_cases_fixes_then_empty_then_decoys_with_the_fast_subset_marked() -> None:
+    cs = catalogue.cases(STAMPEDE)
+    assert [c.expected for c in cs] == ["pass"] * len(STAMPEDE.fixes()) + ["fail"] * (
+        1 + len(STAMPEDE.decoys())
+    )
+    assert [c.label for c in cs if c.fast] == [f"fixes/{STAMPEDE.fixes()[0].name}", "empty"]
+    assert [c.control for c in cs].count(True) == 1
+    assert cs[0].control
+
+
+def test_decoy_header_names_the_reasons_it_must_fail_with() -> None:
+    by_name = {c.label: c for c in catalogue.cases(STAMPEDE)}
+    assert by_name["decoys/short-ttl.patch"].expected_reasons() == {
+        Reason.REFIRED,
+        Reason.NOT_CLEARED,
+    }
+    assert by_name["decoys/break-tests.patch"].expected_reasons() == {Reason.CI_RED}
+    assert by_name["empty"].expected_reasons() == {Reason.NOT_CLEARED}
+
+
+def test_decoy_without_header_accepts_any_behavioural_failure(tmp_path: Path) -> None:
+    patch = tmp_path / "d.patch"
+    patch.write_text("# tweak\n\ndiff --git a/x b/x\n")
+    case = catalogue.Case(STAMPEDE, patch, "fail")
+    assert case.expected_reasons() is None
+    assert catalogue.judged(case, {"passed": False, "reason": "Refired"}) == ("fail", None)
+
+
+def record(passed: bool, reason: str, control: bool | None = None) -> dict[str, object]:
+    out: dict[str, object] = {"passed": passed, "reason": reason, "message": "m"}
+    if control is not None:
+        out["control"] = {"seconds": 15, "targetFired": control}
+    return out
+
+
+@pytest.mark.parametrize(
+    ("label", "rec", "problem"),
+    [
+        ("fix", record(True, "Passed", control=False), None),
+        ("fix", record(False, "NotCleared", control=False), "expected pass"),
+        ("fix", record(True, "Passed", control=True), "control window"),
+        ("fix", record(True, "Passed"), "control window"),  # a control that never ran
+        ("short-ttl", record(False, "Refired"), None),
+        ("short-ttl", record(False, "CIRed"), "reason CIRed"),
+        ("short-ttl", record(False, "Inconclusive"), "failed only as Inconclusive"),
+        ("short-ttl", record(True, "Passed"), "expected fail"),
+        ("empty", record(False, "AlertNeverFired"), "failed only as AlertNeverFired"),
+    ],
+)
+def test_judged_names_every_mismatch(
+    label: str, rec: dict[str, object], problem: str | None
+) -> None:
+    cs = {c.label.split("/")[-1].removesuffix(".patch"): c for c in catalogue.cases(STAMPEDE)}
+    case = cs[STAMPEDE.fixes()[0].stem] if label == "fix" else cs[label]
+    _, mismatch = catalogue.judged(case, rec)
+    if problem is None:
+        assert mismatch is None
+    else:
+        assert mismatch is not None
+        assert problem in mismatch
+
+
+def test_markdown_table_has_a_row_per_run_and_lists_mismatches() -> None:
+    cs = catalogue.cases(STAMPEDE)
+    good = catalogue.row(
+        cs[0],
+        {
+            "passed": True,
+            "reason": "Passed",
+            "score": 0.97,
+            "control": {"seconds": 15, "targetFired": False},
+            "timestamps": {
+                "injected": "2026-12-02T20:03:46+00:00",
+                "fired": "2026-12-02T20:03:54.5+00:00",
+                "redeployed": "2026-12-02T20:03:57+00:00",
+            },
+        },
+        80.0,
+    )
+    bad = catalogue.error_row(cs[-1], "service did not start", 3.0)
+    text = catalogue.markdown([good, bad], "sreforge scenarios validate")
+    assert good["fireSeconds"] == 8.5
+    assert good["controlFired"] is False
+    assert "2 runs, 1 mismatches" in text
+    assert text.count("\n| latency-cache-stampede |") == 2
+    assert "service did not start" in text.split("## Mismatches")[1]
