@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -71,7 +72,9 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="sreforge-bench-") as tmp:
         for i in range(args.runs):
-            rows.append(one_run(args.fix, args.sustain, Path(tmp) / str(i)))
+            row = one_run(args.fix, args.sustain, Path(tmp) / str(i))
+            row["load_avg_1m"] = os.getloadavg()[0]  # other work on the machine, at the end
+            rows.append(row)
     cols = [
         "total",
         "setup",
@@ -82,10 +85,14 @@ def main() -> int:
         "sustain",
         "restore",
         "overhead",
+        "load_avg_1m",
     ]
     out = [
         f"`python benchmarks/bench_run.py --fix {args.fix} --sustain {args.sustain}` "
-        f"(seconds; overhead = total - fire wait - time to clear - sustained window)",
+        f"(seconds; overhead = total - fire wait - time to clear - sustained window; "
+        f"load_avg_1m: the machine's 1-minute load average when the run ended, {os.cpu_count()} "
+        "CPUs: setup includes the wait for 15 s of steady quiet on the healthy build, which "
+        "other work on the machine lengthens)",
         "",
         "| run | passed | " + " | ".join(cols) + " |",
         "|---|---|" + "---|" * len(cols),
