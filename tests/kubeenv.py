@@ -567,3 +567,15 @@ class ControlPlane:
             return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
         self._until("kwok", f"node {self.node_name} to be Ready", probe, interval=0.5)
+
+
+def wait_for(what: str, probe: Any, timeout: float = 90.0, interval: float = 0.25) -> Any:
+    """Poll ``probe()`` until it returns something truthy; TimeoutError names ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)

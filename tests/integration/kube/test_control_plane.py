@@ -7,36 +7,16 @@ them, when they are not there.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.kubeenv import BUILD_COMMAND, ControlPlane, find_tools_bin
+from tests.kubeenv import ControlPlane, wait_for
 
 pytestmark = pytest.mark.kube
 
 NS = "sreforge-it"
 MiB = 1024 * 1024
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.25)
-
-
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    bin_dir = find_tools_bin()
-    if bin_dir is None:
-        pytest.skip(f"control-plane binaries are not built; build them with: {BUILD_COMMAND}")
-    with ControlPlane(bin_dir, tmp_path_factory.mktemp("kube")) as cp:
-        yield cp
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
-from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
+from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, wait_for
 
 from sreforge.api.resources import (
     API_VERSION,
@@ -34,26 +33,6 @@ NS = "sreforge-install"
 EXAMPLES = REPO_ROOT / "manifests" / "examples"
 CHART = REPO_ROOT / "charts" / "sreforge"
 HELM_AGENT_NS = "sreforge-helm-agents"
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.25)
-
-
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    bin_dir = find_tools_bin()
-    if bin_dir is None:
-        pytest.skip(f"control-plane binaries are not built; build them with: {BUILD_COMMAND}")
-    with ControlPlane(bin_dir, tmp_path_factory.mktemp("kube")) as cp:
-        yield cp
 
 
 @pytest.fixture(scope="module")
