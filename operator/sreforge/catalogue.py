@@ -12,14 +12,16 @@ properly: that is the harness failing, not the decoy.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sreforge.api.scenario import Scenario
 from sreforge.api.verdict import Reason
+from sreforge.markdown import write_section
 
 EMPTY = "empty"
 _EXPECT = re.compile(r"^#\s*expect:\s*(?P<reasons>[A-Za-z|, ]+)$", re.MULTILINE)
@@ -73,14 +75,14 @@ class Case:
 def cases(scenario: Scenario) -> list[Case]:
     """Fixes first (the first with the control window), the empty patch, then the decoys.
 
-    The fast subset is the first fix (with its control run) and the empty patch: together
-    they show the alert fires, stays firing without a fix, clears with one, and stays quiet
-    on the healthy build.
+    The fast subset is the first fix (with its control run), the empty patch and the first
+    decoy: together they show the alert fires, stays firing without a fix, clears with a
+    real one and not with a plausible wrong one, and stays quiet on the healthy build.
     """
     fixes = scenario.fixes()
     out = [Case(scenario, p, "pass", control=i == 0, fast=i == 0) for i, p in enumerate(fixes)]
     out.append(Case(scenario, None, "fail", fast=True))
-    out += [Case(scenario, p, "fail") for p in scenario.decoys()]
+    out += [Case(scenario, p, "fail", fast=i == 0) for i, p in enumerate(scenario.decoys())]
     return out
 
 
@@ -97,7 +99,7 @@ def judged(case: Case, record: dict[str, Any]) -> tuple[str, str | None]:
     if case.expected == "fail" and reason in NOT_A_BEHAVIOURAL_FAILURE:
         return got, f"failed only as {reason}: {record.get('message')}"
     if allowed is not None and reason not in allowed:
-        return got, f"reason {reason}, expected one of {sorted(allowed)}"
+        return got, f"reason {reason}, expected one of {'|'.join(sorted(allowed))}"
     return got, None
 
 
@@ -147,18 +149,17 @@ def error_row(case: Case, message: str, seconds: float) -> dict[str, Any]:
     }
 
 
-def _cell(value: Any) -> str:
+def _cell(key: str, value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
-        return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+        return f"{value:.3f}" if key == "score" else f"{value:.1f}"
     return str(value).replace("|", "\\|")
 
 
 COLUMNS = (
-    ("scenario", "scenario"),
     ("patch", "patch"),
     ("expected", "expected"),
     ("got", "got"),
@@ -171,29 +172,45 @@ COLUMNS = (
 )
 
 
-def markdown(rows: list[dict[str, Any]], command: str) -> str:
+PREAMBLE = """# Scenario validation
+
+Every reference fix must pass; the empty patch and every decoy must fail for a behavioural
+reason (never Inconclusive), the one a decoy's `# expect:` header names when it names one.
+Each row is one real run: a real Prometheus, the real service builds, open-model load on
+127.0.0.1. *fired after* is the time from the regressed build's swap to the target alert
+firing (within the scenario's fire timeout); *control fired* is whether the target alert
+fired on the healthy build under the same load during the control window (it must not).
+Each scenario's section is rewritten by `sreforge scenarios validate NAME --markdown
+SCENARIOS.md`; the run times depend on the machine and on what else it runs.
+"""
+
+
+def section(rows: list[dict[str, Any]], command: str, when: str) -> str:
+    """The body of one scenario's section: its table and mismatches."""
     bad = [r for r in rows if r["mismatch"]]
     lines = [
-        "# Scenario validation",
-        "",
-        "Every reference fix must pass; the empty patch and every decoy must fail for a",
-        "behavioural reason (never Inconclusive). Each row is one real run: real Prometheus,",
-        "the real service builds, open-model load on 127.0.0.1. *fired after* is the time from",
-        "the regressed build's swap to the target alert firing; *control fired* is whether the",
-        "target alert fired on the healthy build under the same load (the control window).",
-        "",
-        f"Produced by `{command}`: {len(rows)} runs, {len(bad)} mismatches.",
+        f"`{command}` ({when}): {len(rows)} runs, {len(bad)} mismatches.",
         "",
         "| " + " | ".join(title for _, title in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
     ]
     for r in rows:
-        lines.append("| " + " | ".join(_cell(r[key]) for key, _ in COLUMNS) + " |")
+        lines.append("| " + " | ".join(_cell(key, r[key]) for key, _ in COLUMNS) + " |")
     if bad:
-        lines += ["", "## Mismatches", ""]
-        lines += [f"- {r['scenario']} {r['patch']}: {r['mismatch']}" for r in bad]
-    return "\n".join(lines) + "\n"
+        lines += ["", "Mismatches:", ""]
+        lines += [f"- {r['patch']}: {r['mismatch']}" for r in bad]
+    return "\n".join(lines)
 
 
-def write_markdown(path: Path, rows: list[dict[str, Any]], command: str) -> None:
-    path.write_text(markdown(rows, command), encoding="utf-8")
+def when() -> str:
+    """When and on what a validation ran: run times mean little without it."""
+    load = os.getloadavg()[0]
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"{stamp}, {os.cpu_count()} CPUs, 1-minute load average {load:.1f} at the end"
+
+
+def write_markdown(path: Path, rows: list[dict[str, Any]], command: str, when: str) -> None:
+    """Rewrite the section of every scenario in `rows`, keeping the other scenarios' sections."""
+    for name in dict.fromkeys(r["scenario"] for r in rows):
+        mine = [r for r in rows if r["scenario"] == name]
+        write_section(path, f"## {name}", section(mine, command, when), preamble=PREAMBLE)

@@ -177,7 +177,7 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
     if args.markdown:
         command = "sreforge scenarios validate" + (" --fast" if args.fast else "")
         command += "".join(f" {n}" for n in args.names)
-        catalogue.write_markdown(args.markdown, rows, command)
+        catalogue.write_markdown(args.markdown, rows, command, catalogue.when())
     mismatches = [r for r in rows if r["mismatch"]]
     print(f"\n{len(rows)} cases, {len(mismatches)} mismatches")
     return EXIT_FAILED if mismatches else EXIT_PASSED

@@ -21,7 +21,6 @@ from sreforge.api.scenario import Scenario, discover
 
 pytestmark = [
     pytest.mark.graded,
-    pytest.mark.slow,
     pytest.mark.skipif(
         shutil.which("prometheus") is None,
         reason="needs Debian's prometheus: bash scripts/setup.sh",

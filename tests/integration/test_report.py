@@ -30,7 +30,7 @@ CHROMIUM = "/usr/bin/chromium"
 SIGNALS = ("ci_green", "alert_cleared", "sustained_clear", "time_to_clear", "no_new_alerts")
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.graded,
     pytest.mark.skipif(
         shutil.which("prometheus") is None,
         reason="needs Debian's prometheus: bash scripts/setup.sh",

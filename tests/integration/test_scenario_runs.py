@@ -6,19 +6,20 @@ fix must pass, the empty patch and each decoy must fail for a behavioural reason
 decoy's `# expect:` header names, when it names one), and the healthy build must stay quiet
 under the same load (the control window of the first fix).
 
-The fast subset (first fix with its control window, and the empty patch, per scenario) is
-marked `graded`; the rest of the full validation is also `slow`. With
-SREFORGE_SCENARIOS_MD=<path> the rows of the cases that ran are written there as the
-SCENARIOS.md table.
+The fast subset (per scenario: the first fix with its control window, the empty patch and
+the first decoy) is marked `graded` and runs by default; the rest of the full validation
+is also `slow`, deselected by default (`-m slow` runs it). With
+SREFORGE_SCENARIOS_MD=<path> the rows of the cases that ran (in any xdist worker) are
+written there as the SCENARIOS.md table when the session ends (tests/conftest.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,22 +51,16 @@ def _params() -> list[Any]:
     return out
 
 
-@pytest.fixture(scope="session")
-def table() -> Iterator[list[dict[str, Any]]]:
-    rows: list[dict[str, Any]] = []
-    yield rows
+def _keep(row: dict[str, Any]) -> None:
+    """Append the row for SCENARIOS.md (tests/conftest.py writes the table at session end)."""
     target = os.environ.get("SREFORGE_SCENARIOS_MD")
-    if target and rows:
-        rows.sort(key=lambda r: (r["scenario"], r["expected"] != "pass", r["patch"]))
-        command = (
-            "SREFORGE_SCENARIOS_MD=SCENARIOS.md python -m pytest "
-            "tests/integration/test_scenario_runs.py"
-        )
-        catalogue.write_markdown(Path(target), rows, command)
+    if target:
+        with Path(f"{target}.rows.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 @pytest.mark.parametrize("case", _params())
-def test_case(tmp_path: Path, case: catalogue.Case, table: list[dict[str, Any]]) -> None:
+def test_case(tmp_path: Path, case: catalogue.Case) -> None:
     extra = ["--control-seconds", CONTROL] if case.control else []
     started = time.monotonic()
     run = sreforge_run(
@@ -77,7 +72,7 @@ def test_case(tmp_path: Path, case: catalogue.Case, table: list[dict[str, Any]])
         SUSTAIN,
         *extra,
     )
-    table.append(catalogue.row(case, run.record, time.monotonic() - started))
+    _keep(catalogue.row(case, run.record, time.monotonic() - started))
     record = run.record
     _, mismatch = catalogue.judged(case, record)
     assert mismatch is None, run.output
@@ -102,7 +97,6 @@ def test_case(tmp_path: Path, case: catalogue.Case, table: list[dict[str, Any]])
         assert record["control"] == {"seconds": int(CONTROL), "targetFired": False}, run.output
 
 
-@pytest.mark.slow
 def test_agent_command_edits_the_workspace_and_its_diff_is_graded(tmp_path: Path) -> None:
     agent = (
         f"{sys.executable} {ROOT / 'tests' / 'agents' / 'patch_agent.py'} "

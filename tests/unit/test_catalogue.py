@@ -19,7 +19,11 @@ def test_cases_fixes_then_empty_then_decoys_with_the_fast_subset_marked() -> Non
     assert [c.expected for c in cs] == ["pass"] * len(STAMPEDE.fixes()) + ["fail"] * (
         1 + len(STAMPEDE.decoys())
     )
-    assert [c.label for c in cs if c.fast] == [f"fixes/{STAMPEDE.fixes()[0].name}", "empty"]
+    assert [c.label for c in cs if c.fast] == [
+        f"fixes/{STAMPEDE.fixes()[0].name}",
+        "empty",
+        f"decoys/{STAMPEDE.decoys()[0].name}",
+    ]
     assert [c.control for c in cs].count(True) == 1
     assert cs[0].control
 
@@ -76,7 +80,7 @@ def test_judged_names_every_mismatch(
         assert problem in mismatch
 
 
-def test_markdown_table_has_a_row_per_run_and_lists_mismatches() -> None:
+def test_markdown_sections_per_scenario_keep_the_others(tmp_path: Path) -> None:
     cs = catalogue.cases(STAMPEDE)
     good = catalogue.row(
         cs[0],
@@ -94,9 +98,19 @@ def test_markdown_table_has_a_row_per_run_and_lists_mismatches() -> None:
         80.0,
     )
     bad = catalogue.error_row(cs[-1], "service did not start", 3.0)
-    text = catalogue.markdown([good, bad], "sreforge scenarios validate")
     assert good["fireSeconds"] == 8.5
     assert good["controlFired"] is False
-    assert "2 runs, 1 mismatches" in text
-    assert text.count("\n| latency-cache-stampede |") == 2
-    assert "service did not start" in text.split("## Mismatches")[1]
+    md = tmp_path / "SCENARIOS.md"
+    other = {**good, "scenario": "other-scenario"}
+    catalogue.write_markdown(md, [other], "cmd-1", "then")
+    catalogue.write_markdown(md, [good, bad], "cmd-2", "now")
+    text = md.read_text()
+    assert text.startswith("# Scenario validation")
+    mine = text.split("## latency-cache-stampede")[1]
+    assert "`cmd-2` (now): 2 runs, 1 mismatches." in mine
+    assert mine.count("\n| fixes/") + mine.count("\n| decoys/") == 2
+    assert "| 8.5 |" in mine
+    assert "service did not start" in mine.split("Mismatches:")[1]
+    assert "`cmd-1` (then): 1 runs, 0 mismatches." in text.split("## other-scenario")[1]
+    catalogue.write_markdown(md, [good], "cmd-3", "later")  # rewriting keeps one section
+    assert md.read_text().count("## latency-cache-stampede") == 1

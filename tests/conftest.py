@@ -1,0 +1,36 @@
+"""Session-wide hooks of the test suite."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from sreforge import catalogue
+
+SCENARIOS_MD_COMMAND = (
+    "SREFORGE_SCENARIOS_MD=SCENARIOS.md .venv/bin/python -m pytest "
+    "tests/integration/test_scenario_runs.py"
+)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    target = os.environ.get("SREFORGE_SCENARIOS_MD")
+    if target and not hasattr(session.config, "workerinput"):
+        Path(f"{target}.rows.jsonl").unlink(missing_ok=True)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write SCENARIOS.md from the graded runs' rows, once, in the controlling process."""
+    target = os.environ.get("SREFORGE_SCENARIOS_MD")
+    if not target or hasattr(session.config, "workerinput"):
+        return
+    rows_file = Path(f"{target}.rows.jsonl")
+    if not rows_file.exists():
+        return
+    rows = [json.loads(line) for line in rows_file.read_text(encoding="utf-8").splitlines()]
+    rows.sort(key=lambda r: (r["scenario"], r["expected"] != "pass", r["patch"]))
+    catalogue.write_markdown(Path(target), rows, SCENARIOS_MD_COMMAND, catalogue.when())
+    rows_file.unlink()
