@@ -175,8 +175,11 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
             flush=True,
         )
     if args.markdown:
-        command = "sreforge scenarios validate" + (" --fast" if args.fast else "")
-        command += "".join(f" {n}" for n in args.names)
+        command = "sreforge scenarios validate" + "".join(f" {n}" for n in args.names)
+        command += " --fast" if args.fast else ""
+        if args.sustain_seconds:
+            command += f" --sustain-seconds {args.sustain_seconds}"
+        command += f" --control-seconds {args.control_seconds}"
         catalogue.write_markdown(args.markdown, rows, command, catalogue.when())
     mismatches = [r for r in rows if r["mismatch"]]
     print(f"\n{len(rows)} cases, {len(mismatches)} mismatches")
