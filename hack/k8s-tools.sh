@@ -314,14 +314,17 @@ link_set() {
   ln -sfn "$SET_BIN" "$REPO_ROOT/tools/bin"
 }
 
+# The first line of a binary's version output. Read all of it first: `| head -n1` under
+# pipefail failed at random when the binary wrote its second line after head had exited
+# (SIGPIPE, exit 141), which made a cached, working tool set look broken.
 version_of() {
-  local b=$1 p="$SET_BIN/$1"
+  local b=$1 p="$SET_BIN/$1" out
   case "$b" in
-    kubectl) "$p" version --client 2>&1 | head -n1 ;;
-    helm)    "$p" version --short 2>&1 | head -n1 ;;
-    etcd)    "$p" --version 2>&1 | head -n1 ;;
-    *)       "$p" --version 2>&1 | head -n1 ;;
+    kubectl) out=$("$p" version --client 2>&1) || { printf "%s\n" "$out"; return 1; } ;;
+    helm)    out=$("$p" version --short 2>&1) || { printf "%s\n" "$out"; return 1; } ;;
+    *)       out=$("$p" --version 2>&1) || { printf "%s\n" "$out"; return 1; } ;;
   esac
+  printf '%s\n' "${out%%$'\n'*}"
 }
 
 verify_versions() {
