@@ -165,7 +165,14 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
     )
     for i, case in enumerate(todo, 1):
         print(f"[{i}/{len(todo)}] {case.id} ...", file=sys.stderr, flush=True)
-        row = _validate_one(case, args)
+        try:
+            row = _validate_one(case, args)
+        except KeyboardInterrupt:
+            # The run recorded Inconclusive and cleaned up; a partial table is not written.
+            print(
+                f"interrupted at {case.id}: {len(rows)} of {len(todo)} cases ran", file=sys.stderr
+            )
+            return 130
         rows.append(row)
         fired = "-" if row["fireSeconds"] is None else f"{row['fireSeconds']}s"
         print(
