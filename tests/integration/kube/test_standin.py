@@ -38,7 +38,8 @@ from tests.standin.proxy import ServiceProxies
 from sreforge.api.scenario import LoadProfile
 from sreforge.load.k6 import render_generator_job
 
-pytestmark = pytest.mark.kube
+# a control plane + Prometheus + real processes: ~1.5-2 min, graded runs only
+pytestmark = [pytest.mark.kube, pytest.mark.slow]
 
 NS = "standin-it"
 WEB_V1, WEB_V2 = "sreforge-test/web:v1", "sreforge-test/web:v2"
@@ -463,7 +464,6 @@ def test_prometheus_scrapes_annotated_catalog_pod(api: Api, node: StandIn) -> No
     assert '"id": 7' in http_get(port, "/products/7").replace('"id":7', '"id": 7')
 
 
-@pytest.mark.slow
 def test_load_generator_job_through_service_seen_as_loadgen(api: Api, node: StandIn) -> None:
     """render_generator_job (the operator image's `python -m sreforge.load`) against the
     catalog through its Service; its pod is scraped as job="loadgen"."""
