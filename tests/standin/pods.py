@@ -191,7 +191,9 @@ class PodRunner(threading.Thread):
         self.restart_policy: str = spec.get("restartPolicy", "Always")
         self.inits = [Container(c, True) for c in spec.get("initContainers") or []]
         self.mains = [Container(c, False) for c in spec.get("containers") or []]
-        self.dir = standin.work_dir / "pods" / self.namespace / f"{self.pod_name}-{self.uid[:8]}"
+        self.dir: Path = (
+            standin.work_dir / "pods" / self.namespace / f"{self.pod_name}-{self.uid[:8]}"
+        )
         self.ports: dict[int, int] = {}  # containerPort -> local port
         self.named_ports: dict[str, int] = {}  # port name -> containerPort
         self.mounts: dict[str, Path] = {}  # volume name -> local dir
@@ -437,7 +439,7 @@ class PodRunner(threading.Thread):
             )
             try:
                 with urllib.request.urlopen(req, timeout=timeout) as resp:
-                    return 200 <= resp.status < 400
+                    return bool(200 <= resp.status < 400)
             except urllib.error.HTTPError as e:
                 return 200 <= e.code < 400
             except (OSError, ValueError):
@@ -574,7 +576,7 @@ class PodRunner(threading.Thread):
 
     def _field(self, path: str) -> str:
         meta = self.pod["metadata"]
-        simple = {
+        simple: dict[str, str] = {
             "metadata.name": self.pod_name,
             "metadata.namespace": self.namespace,
             "metadata.uid": self.uid,

@@ -134,10 +134,10 @@ class StandIn:
 
     def stop(self) -> None:
         """Stop every process of every pod, the proxies and Prometheus (by PID)."""
-        self.stopping = True
-        self._stop.set()
-        with self._lock:
+        with self._lock:  # no runner is added after this (see _on_pod)
+            self.stopping = True
             runners = list(self._runners.values())
+        self._stop.set()
         for r in runners:
             r.vanish()
         for r in runners:
