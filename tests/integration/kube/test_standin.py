@@ -59,6 +59,23 @@ def pid_running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+FORK_MARK = "3017.5"  # an argument no other process on the machine has
+
+
+def marked_sleeps() -> list[int]:
+    """PIDs of live `sleep FORK_MARK` processes (read from /proc, never signalled)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmdline = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmdline == f"sleep\0{FORK_MARK}\0".encode() and pid_running(int(d.name)):
+                found.append(int(d.name))
+    return found
+
+
 def web_tree(root: Path, version: str) -> Path:
     root.mkdir(parents=True)
     (root / "version.txt").write_text(f"{version}\n")
@@ -539,6 +556,13 @@ def test_converges_from_a_list_and_stops_everything_on_exit(
     pod["spec"]["volumes"][1]["configMap"]["name"] = "overlay-early"
     pod["spec"]["nodeName"] = "standin-early"
     cluster.request("POST", f"/api/v1/namespaces/{NS}/pods", pod)
+    # a shell that forks: its children go with it, as with a container's cgroup
+    forks = job("forks", f"sleep {FORK_MARK} & sleep {FORK_MARK} & wait")["spec"]["template"]
+    forks["metadata"]["name"] = "forks"
+    forks["spec"]["nodeName"] = "standin-early"
+    cluster.request(
+        "POST", f"/api/v1/namespaces/{NS}/pods", {"apiVersion": "v1", "kind": "Pod", **forks}
+    )
     with StandIn(cluster, tmp_path, images, node_name="standin-early", prometheus=False) as s:
         wait_for(
             "the early pod to run",
@@ -551,10 +575,12 @@ def test_converges_from_a_list_and_stops_everything_on_exit(
         port = s.pod_port(NS, "early", 8080)
         assert port is not None
         assert http_get(port, "/version.txt").strip() == "v1-patched"
+        wait_for("the forked sleeps", lambda: len(marked_sleeps()) == 2)
         pids = s.all_pids()
         assert pids
         assert all(map(pid_running, pids))
     assert not any(map(pid_running, pids))
+    assert not marked_sleeps(), "a forked child outlived its pod"
     assert (tmp_path / "pods").is_dir()
 
 
