@@ -484,7 +484,8 @@ class StandIn:
             yield {
                 "targets": [f"127.0.0.1:{local}"],
                 "labels": {
-                    "job": r.labels.get("app", r.pod_name),
+                    # as tests/e2e/kind.sh's kubernetes_sd relabelling: no `app` label, the job name
+                    "job": r.labels.get("app", SCRAPE_JOB),
                     "namespace": r.namespace,
                     "pod": r.pod_name,
                     "__metrics_path__": ann.get("prometheus.io/path", "/metrics"),
