@@ -39,7 +39,7 @@ from sreforge.api.scenario import LoadProfile
 from sreforge.load.k6 import render_generator_job
 
 # a control plane + Prometheus + real processes: ~1.5-2 min, graded runs only
-pytestmark = [pytest.mark.kube, pytest.mark.slow]
+pytestmark = pytest.mark.kube  # about 2 min: part of the default run
 
 NS = "standin-it"
 WEB_V1, WEB_V2 = "sreforge-test/web:v1", "sreforge-test/web:v2"
