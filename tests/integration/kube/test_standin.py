@@ -38,7 +38,6 @@ from tests.standin.proxy import ServiceProxies
 from sreforge.api.scenario import LoadProfile
 from sreforge.load.k6 import render_generator_job
 
-# a control plane + Prometheus + real processes: ~1.5-2 min, graded runs only
 pytestmark = pytest.mark.kube  # about 2 min: part of the default run
 
 NS = "standin-it"
