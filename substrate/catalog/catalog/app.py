@@ -135,6 +135,9 @@ def main() -> int:
         )
         return 2
     app = create_app(str(db_path), redis_url=os.environ.get("REDIS_URL") or None)
+    from .stock import add_stock_routes  # here, not at the top: stock imports this module
+
+    add_stock_routes(app, str(db_path))
     log.info("serving %s on http://%s:%d", db_path, host, port)
     # run_app turns SIGTERM/SIGINT into a graceful shutdown (on_cleanup runs).
     web.run_app(app, host=host, port=port, access_log=None, print=None, shutdown_timeout=5.0)

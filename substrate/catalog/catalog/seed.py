@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from . import stockdata
+
 DEFAULT_PRODUCTS = 300
 DEFAULT_REVIEWS = 180_000
 DEFAULT_SEED = 42
@@ -125,7 +127,10 @@ def build(
     reviews: int = DEFAULT_REVIEWS,
     seed: int = DEFAULT_SEED,
 ) -> None:
-    """Create the schema at ``db_path`` (replacing any file there) and fill it."""
+    """Create the schema at ``db_path`` (replacing any file there) and fill it.
+
+    The stock tables (catalog.stockdata) follow, sized by the review count.
+    """
     path = Path(db_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-journal", "-wal", "-shm"):
@@ -145,6 +150,8 @@ def build(
                 "INSERT INTO reviews VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 _reviews(rng, reviews, products),
             )
+        with conn:
+            stockdata.populate(conn, rng, products, stockdata.movement_count(reviews))
     finally:
         conn.close()
 
