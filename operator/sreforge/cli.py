@@ -119,10 +119,12 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    print(f"{'NAME':<28} {'FAMILY':<14} {'ALERT':<24} {'FIXES':>5} {'DECOYS':>6}  TITLE")
+    nw = max([4, *(len(s.name) for s in scenarios)])
+    aw = max([5, *(len(s.target_alert) for s in scenarios)])
+    print(f"{'NAME':<{nw}} {'FAMILY':<14} {'ALERT':<{aw}} {'FIXES':>5} {'DECOYS':>6}  TITLE")
     for s in scenarios:
         print(
-            f"{s.name:<28} {s.family:<14} {s.target_alert:<24} {len(s.fixes()):>5} "
+            f"{s.name:<{nw}} {s.family:<14} {s.target_alert:<{aw}} {len(s.fixes()):>5} "
             f"{len(s.decoys()):>6}  {s.title}"
         )
     return 0
