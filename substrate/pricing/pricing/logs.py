@@ -23,7 +23,10 @@ def access_line(method: str, path: str, status: int, millis: float, **extra: Any
             "version": "3.2.0",
             "http": {"method": method, "path": path, "status": status},
             "duration_ms": round(millis, 3),
-            "client": {"address": extra.get("remote", ""), "user_agent": extra.get("user_agent", "")},
+            "client": {
+                "address": extra.get("remote", ""),
+                "user_agent": extra.get("user_agent", ""),
+            },
         },
         sort_keys=True,
     )

@@ -125,7 +125,9 @@ async def get_quote(request: web.Request) -> web.Response:
     raw = request.match_info["sku"]
     if not _SKU.fullmatch(raw) or int(raw) < 1:
         m.requests.labels("400").inc()
-        return web.json_response({"error": f"sku must be a positive integer, got {raw!r}"}, status=400)
+        return web.json_response(
+            {"error": f"sku must be a positive integer, got {raw!r}"}, status=400
+        )
     sku = int(raw)
     cap = app[CAPACITY]
     waiting = app[WAITING]
