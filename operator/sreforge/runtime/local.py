@@ -42,6 +42,8 @@ SAMPLED_PHASES = {
     Phase.VERIFYING,
 }
 PROGRESS_EVERY_SECONDS = 5.0
+# How long a swap waits for Prometheus to scrape the new build before stopping the old.
+SCRAPE_SWITCH_SECONDS = 10.0
 # Quiet this long (a rate window plus the rules' `for`) before the injection counts.
 QUIET_SECONDS = 15.0
 RECORD_SCHEMA = "sreforge.record.v1"
@@ -180,8 +182,34 @@ class LocalRun:
             )
         switched = time.time()
         if old is not None:
+            self._await_scrape(self.scenario.service.name, f"127.0.0.1:{port}")
             old.stop()
         return switched
+
+    def _await_scrape(self, job: str, address: str, timeout: float = SCRAPE_SWITCH_SECONDS) -> None:
+        """Wait until Prometheus scrapes `address` as the job's only target, healthy.
+
+        Like endpoints being updated before the old pod terminates: stopping the old build
+        while Prometheus still scrapes it records a failed scrape (up=0) and, before the new
+        target's first scrape, no healthy target at all, which the oracle rightly reads as
+        service-down. Best effort: after `timeout` the old build is stopped anyway.
+        """
+        assert self.prom is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                url = f"{self.prom.url}/api/v1/targets?state=active"
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    active = json.loads(resp.read())["data"]["activeTargets"]
+            except (OSError, ValueError, KeyError):
+                active = None
+            if active is not None:
+                mine = [t for t in active if t.get("labels", {}).get("job") == job]
+                if [(t["labels"].get("instance"), t.get("health")) for t in mine] == [
+                    (address, "up")
+                ]:
+                    return
+            time.sleep(0.1)
 
     @staticmethod
     def _post_json(url: str, body: dict[str, Any]) -> None:
