@@ -63,6 +63,8 @@ SERIES = {
         'sum(rate(sreforge_load_requests_total{job="loadgen",outcome!="success"}[10s]))'
         ' / sum(rate(sreforge_load_requests_total{job="loadgen"}[10s]))'
     ),
+    # The harness exporter's view of the service process (job="harness").
+    "target_memory_rss_bytes": f'max(sreforge_target_memory_rss_bytes{{job="{HARNESS_JOB}"}})',
 }
 
 
