@@ -34,7 +34,7 @@ from prometheus_client import (
 log = logging.getLogger("supplier")
 
 _SKU = re.compile(r"[0-9]{1,12}")
-WAREHOUSES = 600  # every quote carries per-warehouse availability (~35 KB of JSON)
+WAREHOUSES = 600  # per-warehouse availability in every quote (~35 KB of JSON at 600)
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -47,6 +47,7 @@ class Capacity:
     fast_seconds: tuple[float, float] = (0.02, 0.04)
     slow_every: int = 50
     slow_seconds: float = 1.0
+    warehouses: int = WAREHOUSES
 
     @classmethod
     def from_env(cls) -> Capacity:
@@ -56,6 +57,7 @@ class Capacity:
             queue=int(env.get("SUPPLIER_QUEUE", cls.queue)),
             slow_every=int(env.get("SUPPLIER_SLOW_EVERY", cls.slow_every)),
             slow_seconds=float(env.get("SUPPLIER_SLOW_SECONDS", cls.slow_seconds)),
+            warehouses=int(env.get("SUPPLIER_WAREHOUSES", cls.warehouses)),
         )
 
     def service_seconds(self, sku: int) -> float:
@@ -70,8 +72,8 @@ def unit_cost_cents(sku: int) -> int:
     return 100 + int.from_bytes(digest[:4], "big") % 49_901
 
 
-def quote(sku: int) -> dict[str, object]:
-    """The quote document for a SKU (deterministic)."""
+def quote(sku: int, warehouses: int = WAREHOUSES) -> dict[str, object]:
+    """The quote document for a SKU (deterministic), with `warehouses` availability rows."""
     digest = hashlib.sha256(f"stock-{sku}".encode()).digest()
     availability = [
         {
@@ -79,7 +81,7 @@ def quote(sku: int) -> dict[str, object]:
             "quantity": (digest[w % 32] * (w + 1)) % 97,
             "eta_days": 1 + (digest[(w + 7) % 32] % 14),
         }
-        for w in range(WAREHOUSES)
+        for w in range(warehouses)
     ]
     return {
         "sku": sku,
@@ -145,7 +147,7 @@ async def get_quote(request: web.Request) -> web.Response:
             m.busy.inc()
             try:
                 await asyncio.sleep(cap.service_seconds(sku))
-                body = quote(sku)
+                body = quote(sku, cap.warehouses)
             finally:
                 m.busy.dec()
     finally:

@@ -38,6 +38,15 @@ def test_quote_is_deterministic_and_complete() -> None:
     assert len(first["availability"]) == WAREHOUSES
 
 
+def test_the_quote_size_is_configurable() -> None:
+    async def body(client: TestClient) -> Any:
+        return await (await client.get("/quotes/42")).json()
+
+    small = run(body, Capacity(warehouses=3))
+    assert [w["warehouse"] for w in small["availability"]] == ["WH-0000", "WH-0001", "WH-0002"]
+    assert small["unit_cost_cents"] == unit_cost_cents(42)
+
+
 def test_bad_sku_is_400() -> None:
     async def body(client: TestClient) -> list[int]:
         return [(await client.get(f"/quotes/{s}")).status for s in ("abc", "0", "-1")]
