@@ -7,8 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sreforge.api import ScenarioError, discover, load_scenario
+from sreforge.api.resources import IncidentSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
@@ -178,3 +180,15 @@ def test_two_upstreams_need_distinct_names_and_url_envs(tmp_path: Path) -> None:
         with_upstreams(tmp_path / "c", UPSTREAM, other.replace("SUPPLIER_URL", "LEDGER_URL"))
     )
     assert [u.name for u in both.service.upstreams] == ["supplier", "ledger"]
+
+
+@pytest.mark.parametrize(
+    "scenario", sorted(p.parent.name for p in SCENARIOS.glob("*/incident.yaml"))
+)
+def test_incident_manifest_is_a_valid_incident_of_its_scenario(scenario: str) -> None:
+    doc = yaml.safe_load((SCENARIOS / scenario / "incident.yaml").read_text())
+    assert doc["apiVersion"] == "sreforge.dev/v1alpha1"
+    assert doc["kind"] == "Incident"
+    spec = IncidentSpec.model_validate(doc["spec"])
+    assert spec.scenario == scenario
+    load_scenario(SCENARIOS / scenario)  # and the scenario it names loads
