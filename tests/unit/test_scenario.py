@@ -7,8 +7,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sreforge.api import ScenarioError, discover, load_scenario
+from sreforge.api.resources import IncidentSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
@@ -23,6 +25,8 @@ def test_every_scenario_in_the_catalogue_loads() -> None:
         assert s.fixes(), f"{s.name} has no fixes"
         assert s.decoys(), f"{s.name} has no decoys"
         assert (ROOT / s.service.source).is_dir()
+        for up in s.service.upstreams:
+            assert (ROOT / up.source).is_dir(), f"{s.name}: upstream {up.name} has no source"
 
 
 def copy_scenario(tmp_path: Path) -> Path:
@@ -102,3 +106,89 @@ def test_alert_rules_pass_promtool(scenario: str) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+UPSTREAM = """
+[[service.upstreams]]
+name = "supplier"
+source = "substrate/supplier"
+command = ["python", "-m", "supplier"]
+url_env = "SUPPLIER_URL"
+env = { SUPPLIER_WORKERS = "6" }
+"""
+
+
+def with_upstreams(tmp_path: Path, *tables: str) -> Path:
+    """latency-cache-stampede with `[[service.upstreams]]` tables added to its [service]."""
+    d = copy_scenario(tmp_path)
+    toml = d / "scenario.toml"
+    text = toml.read_text()
+    assert "\n[load]" in text
+    toml.write_text(text.replace("\n[load]", "".join(tables) + "\n[load]", 1))
+    return d
+
+
+def test_upstreams_load_and_redis_still_does(tmp_path: Path) -> None:
+    s = load_scenario(with_upstreams(tmp_path, UPSTREAM))
+    assert s.service.dependencies == ["redis"]
+    (up,) = s.service.upstreams
+    assert (up.name, up.url_env, up.health_path) == ("supplier", "SUPPLIER_URL", "/healthz")
+    assert up.command == ["python", "-m", "supplier"]
+    assert up.env == {"SUPPLIER_WORKERS": "6"}
+
+
+def test_a_scenario_without_upstreams_has_none() -> None:
+    assert load_scenario(SCENARIOS / "latency-cache-stampede").service.upstreams == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "problem"),
+    [
+        ('url_env = "SUPPLIER_URL"', 'url_env = "supplier-url"', "url_env", "pattern"),
+        ('url_env = "SUPPLIER_URL"', 'url_env = "PORT"', "service.upstreams.0", "reserved"),
+        ('name = "supplier"', 'name = "loadgen"', "service.upstreams.0", "reserved"),
+        ('name = "supplier"', 'name = "Supplier!"', "service.upstreams.0.name", "pattern"),
+        ('name = "supplier"', 'name = "catalog"', "service", "distinct"),
+        ('command = ["python", "-m", "supplier"]', "command = []", "command", "at least 1"),
+        ('source = "substrate/supplier"', "", "service.upstreams.0.source", "Field required"),
+        ('env = { SUPPLIER_WORKERS = "6" }', "env = { lower = 1 }", "env", "pattern"),
+        ('env = { SUPPLIER_WORKERS = "6" }', "health_path = 3", "health_path", "string"),
+        ('env = { SUPPLIER_WORKERS = "6" }', "surprise = 1", "surprise", "Extra inputs"),
+    ],
+)
+def test_invalid_upstream_names_file_field_problem(
+    tmp_path: Path, old: str, new: str, field: str, problem: str
+) -> None:
+    assert old in UPSTREAM
+    d = with_upstreams(tmp_path, UPSTREAM.replace(old, new))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(d)
+    msg = str(err.value)
+    assert str(d / "scenario.toml") in msg
+    assert field in msg
+    assert problem in msg
+
+
+def test_two_upstreams_need_distinct_names_and_url_envs(tmp_path: Path) -> None:
+    other = UPSTREAM.replace('name = "supplier"', 'name = "ledger"')
+    with pytest.raises(ScenarioError, match=r"service: .*url_env must be distinct.*SUPPLIER_URL"):
+        load_scenario(with_upstreams(tmp_path / "a", UPSTREAM, other))
+    same_name = UPSTREAM.replace("SUPPLIER_URL", "LEDGER_URL")
+    with pytest.raises(ScenarioError, match=r"upstream names must be distinct.*supplier"):
+        load_scenario(with_upstreams(tmp_path / "b", UPSTREAM, same_name))
+    both = load_scenario(
+        with_upstreams(tmp_path / "c", UPSTREAM, other.replace("SUPPLIER_URL", "LEDGER_URL"))
+    )
+    assert [u.name for u in both.service.upstreams] == ["supplier", "ledger"]
+
+
+@pytest.mark.parametrize(
+    "scenario", sorted(p.parent.name for p in SCENARIOS.glob("*/incident.yaml"))
+)
+def test_incident_manifest_is_a_valid_incident_of_its_scenario(scenario: str) -> None:
+    doc = yaml.safe_load((SCENARIOS / scenario / "incident.yaml").read_text())
+    assert doc["apiVersion"] == "sreforge.dev/v1alpha1"
+    assert doc["kind"] == "Incident"
+    spec = IncidentSpec.model_validate(doc["spec"])
+    assert spec.scenario == scenario
+    load_scenario(SCENARIOS / scenario)  # and the scenario it names loads

@@ -73,6 +73,36 @@ class LoadProfile(_Model):
         return self
 
 
+EnvName = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")]
+# Names a run already gives a meaning to: Prometheus jobs and environment variables.
+RESERVED_JOBS = frozenset({"loadgen", "harness", "prometheus", "redis"})
+RESERVED_ENV = frozenset({"HOST", "PORT", "DATA_DIR", "REDIS_URL"})
+
+
+class UpstreamSpec(_Model):
+    """A substrate service the scenario's service depends on, started before it.
+
+    It runs as its own process from its own (never patched) source tree, gets HOST, PORT and
+    DATA_DIR like the service plus `env`, and its /metrics is scraped as `job=<name>`; the service
+    receives its base URL in the environment variable `url_env`.
+    """
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*$", max_length=63)]
+    source: str = Field(description="path of its tree, relative to the repository root")
+    command: list[str] = Field(min_length=1, description="start command; gets HOST, PORT, DATA_DIR")
+    url_env: EnvName = Field(description="the service's environment variable for its base URL")
+    env: dict[EnvName, str] = Field(default_factory=dict)
+    health_path: Annotated[str, Field(pattern=r"^/")] = "/healthz"
+
+    @model_validator(mode="after")
+    def _names_free(self) -> UpstreamSpec:
+        if self.name in RESERVED_JOBS:
+            raise ValueError(f"name {self.name!r} is reserved (a run's own job)")
+        if self.url_env in RESERVED_ENV:
+            raise ValueError(f"url_env {self.url_env!r} is reserved (the runtime sets it)")
+        return self
+
+
 class ServiceSpec(_Model):
     """The substrate service a scenario runs: where its source is and how to start and test it."""
 
@@ -84,8 +114,21 @@ class ServiceSpec(_Model):
     health_path: Annotated[str, Field(pattern=r"^/")] = "/healthz"
     metrics_path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
     dependencies: list[Literal["redis"]] = Field(default_factory=list)
+    upstreams: list[UpstreamSpec] = Field(default_factory=list)
     test_timeout_seconds: Seconds = 300
     deploy_timeout_seconds: Seconds = 60
+
+    @model_validator(mode="after")
+    def _upstreams_distinct(self) -> ServiceSpec:
+        names = [u.name for u in self.upstreams]
+        envs = [u.url_env for u in self.upstreams]
+        if self.name in RESERVED_JOBS:
+            raise ValueError(f"name {self.name!r} is reserved (a run's own job)")
+        for what, values in (("upstream names", [self.name, *names]), ("url_env", envs)):
+            dups = sorted({v for v in values if values.count(v) > 1})
+            if dups:
+                raise ValueError(f"{what} must be distinct (service included), repeated: {dups}")
+        return self
 
 
 class Scenario(_Model):

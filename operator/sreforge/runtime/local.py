@@ -29,6 +29,7 @@ from sreforge.api.observation import AlertSample, CIResult, CIStatus
 from sreforge.api.scenario import Scenario
 from sreforge.loop import Action, Phase, RunState
 from sreforge.runtime import ci
+from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter
 from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_command
 from sreforge.runtime.prometheus import PrometheusServer
 from sreforge.telemetry import LOAD_JOB, Telemetry
@@ -41,6 +42,8 @@ SAMPLED_PHASES = {
     Phase.VERIFYING,
 }
 PROGRESS_EVERY_SECONDS = 5.0
+# How long a swap waits for Prometheus to scrape the new build before stopping the old.
+SCRAPE_SWITCH_SECONDS = 10.0
 # Quiet this long (a rate window plus the rules' `for`) before the injection counts.
 QUIET_SECONDS = 15.0
 RECORD_SCHEMA = "sreforge.record.v1"
@@ -60,6 +63,8 @@ SERIES = {
         'sum(rate(sreforge_load_requests_total{job="loadgen",outcome!="success"}[10s]))'
         ' / sum(rate(sreforge_load_requests_total{job="loadgen"}[10s]))'
     ),
+    # The harness exporter's view of the service process (job="harness").
+    "target_memory_rss_bytes": f'max(sreforge_target_memory_rss_bytes{{job="{HARNESS_JOB}"}})',
 }
 
 
@@ -112,6 +117,8 @@ class LocalRun:
         self.prom: PrometheusServer | None = None
         self.telemetry: Telemetry | None = None
         self.redis_url: str | None = None
+        self.upstream_env: dict[str, str] = {}  # url_env -> base URL of each upstream
+        self.harness: HarnessExporter | None = None
         self.patch_text = ""
         self.patched_tree: Path | None = None
         self.wall: dict[str, float] = {}
@@ -147,6 +154,7 @@ class LocalRun:
         env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": str(self.data_dir)}
         if self.redis_url:
             env["REDIS_URL"] = self.redis_url
+        env.update(self.upstream_env)
         return env
 
     def _start_service(self, tree: Path, label: str) -> tuple[Managed, int]:
@@ -166,6 +174,8 @@ class LocalRun:
         new, port = self._start_service(tree, label)
         old = self.service
         self.service, self.service_port = new, port
+        if self.harness is not None:
+            self.harness.follow(self.scenario.service.name, new.pid)
         assert self.prom is not None
         self.prom.set_targets(self.scenario.service.name, [f"127.0.0.1:{port}"])
         if self.loadgen is not None:
@@ -174,8 +184,34 @@ class LocalRun:
             )
         switched = time.time()
         if old is not None:
+            self._await_scrape(self.scenario.service.name, f"127.0.0.1:{port}")
             old.stop()
         return switched
+
+    def _await_scrape(self, job: str, address: str, timeout: float = SCRAPE_SWITCH_SECONDS) -> None:
+        """Wait until Prometheus scrapes `address` as the job's only target, healthy.
+
+        Like endpoints being updated before the old pod terminates: stopping the old build
+        while Prometheus still scrapes it records a failed scrape (up=0) and, before the new
+        target's first scrape, no healthy target at all, which the oracle rightly reads as
+        service-down. Best effort: after `timeout` the old build is stopped anyway.
+        """
+        assert self.prom is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                url = f"{self.prom.url}/api/v1/targets?state=active"
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    active = json.loads(resp.read())["data"]["activeTargets"]
+            except (OSError, ValueError, KeyError):
+                active = None
+            if active is not None:
+                mine = [t for t in active if t.get("labels", {}).get("job") == job]
+                if [(t["labels"].get("instance"), t.get("health")) for t in mine] == [
+                    (address, "up")
+                ]:
+                    return
+            time.sleep(0.1)
 
     @staticmethod
     def _post_json(url: str, body: dict[str, Any]) -> None:
@@ -225,11 +261,19 @@ class LocalRun:
                     raise redis.fail("did not listen")
                 time.sleep(0.05)
             self.redis_url = f"redis://127.0.0.1:{port}/0"
+        upstream_targets = self._start_upstreams()
+        self.harness = HarnessExporter()
+        self.harness.start()
         self.prom = PrometheusServer(
-            self.dir / "prometheus", [self.scenario.rules_path], [svc.name, LOAD_JOB]
+            self.dir / "prometheus",
+            [self.scenario.rules_path],
+            [svc.name, LOAD_JOB, HARNESS_JOB, *upstream_targets],
         )
         self.prom.start()
         self.procs.append(self.prom.proc)  # type: ignore[arg-type]
+        self.prom.set_targets(HARNESS_JOB, [self.harness.address])
+        for job, address in upstream_targets.items():
+            self.prom.set_targets(job, [address])
         self.telemetry = Telemetry(
             self.prom.url, target_series=self.scenario.target_series, service_job=svc.name
         )
@@ -266,6 +310,29 @@ class LocalRun:
         if self.opts.control_seconds:
             self._control_window()
         self.wall["setup"] = time.time() - t0
+
+    def _start_upstreams(self) -> dict[str, str]:
+        """Start every upstream service from a copy of its tree; returns job -> host:port."""
+        targets: dict[str, str] = {}
+        for up in self.scenario.service.upstreams:
+            src = (self.repo_root / up.source).resolve()
+            if not src.is_dir():
+                raise ProcessError(f"upstream {up.name}: source {src} does not exist")
+            tree = self.dir / "trees" / f"upstream-{up.name}"
+            ci.copy_tree(src, tree)
+            data = self.data_dir / up.name
+            data.mkdir()
+            port = free_port()
+            env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": str(data), **up.env}
+            self._say(f"starting upstream {up.name}")
+            proc = self._spawn(f"upstream-{up.name}", up.command, cwd=tree, env=env)
+            proc.wait_http(
+                f"http://127.0.0.1:{port}{up.health_path}",
+                self.scenario.service.deploy_timeout_seconds,
+            )
+            self.upstream_env[up.url_env] = f"http://127.0.0.1:{port}"
+            targets[up.name] = f"127.0.0.1:{port}"
+        return targets
 
     def _wait_quiet(self) -> float:
         """Wait until the healthy build has warmed up: the target alert neither pending nor
@@ -621,6 +688,9 @@ class LocalRun:
         for proc in reversed(self.procs):
             with contextlib.suppress(Exception):
                 proc.stop()
+        if self.harness is not None:
+            with contextlib.suppress(Exception):
+                self.harness.stop()
 
 
 def _env() -> dict[str, str]:

@@ -1,0 +1,1 @@
+"""Pricing API: shop prices computed from the supplier's quotes."""

@@ -1,0 +1,1 @@
+"""Supplier quote API: the slow upstream the pricing service depends on."""
