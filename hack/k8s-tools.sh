@@ -260,10 +260,10 @@ build_etcd() {
 # ---------------------------------------------------------- kwok, helm
 # Both modules have no replace directives: plain `go install mod@version`.
 go_install_to() {
-  local dir=$1 name=$2 pkg=$3 ldflags=$4
+  local dir=$1 name=$2 pkg=$3 extra_ld=$4
   local tmp="$dir/.install.tmp"
   rm -rf "$tmp"; mkdir -p "$tmp"
-  GOBIN="$tmp" run_timed "build $name" "$GO" install -p "$JOBS" -ldflags "-s -w $ldflags" "$pkg"
+  GOBIN="$tmp" run_timed "build $name" "$GO" install -p "$JOBS" -ldflags "-s -w $extra_ld" "$pkg"
   mkdir -p "$dir/bin"
   mv -f "$tmp/$name" "$dir/bin/$name"
   rm -rf "$tmp"

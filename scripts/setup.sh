@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-for bin in prometheus:prometheus promtool:prometheus redis-server:redis-server git:git; do
+for bin in prometheus:prometheus promtool:prometheus redis-server:redis-server git:git \
+  shellcheck:shellcheck; do
   command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin##*:}")
 done
 if [ "${#need[@]}" -gt 0 ]; then

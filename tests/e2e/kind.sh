@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317  # cleanup/diagnose run from the EXIT trap, which shellcheck does not follow
 # SREForge end to end on a kind cluster (needs Docker, kind, kubectl, helm and the
 # `sreforge` CLI of this repository, e.g. `bash scripts/setup.sh && . .venv/bin/activate`).
 #
