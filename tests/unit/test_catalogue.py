@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from sreforge import catalogue
-from sreforge.api.scenario import load_scenario
+from sreforge.api.scenario import Scenario, discover, load_scenario
 from sreforge.api.verdict import Reason
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,3 +117,27 @@ def test_markdown_sections_per_scenario_keep_the_others(tmp_path: Path) -> None:
     assert "`cmd-1` (then): 1 runs, 0 mismatches." in text.split("## other-scenario")[1]
     catalogue.write_markdown(md, [good], "cmd-3", "later")  # rewriting keeps one section
     assert md.read_text().count("## latency-cache-stampede") == 1
+
+
+CATALOGUE = discover(ROOT / "scenarios")
+
+
+@pytest.mark.parametrize("scenario", CATALOGUE, ids=[s.name for s in CATALOGUE])
+def test_every_patch_applies_to_the_regressed_tree(scenario: Scenario, tmp_path: Path) -> None:
+    """A fix or decoy that no longer applies would fail as PatchRejected and prove nothing."""
+    tree = tmp_path / "tree"
+    shutil.copytree(scenario.source_path(ROOT), tree)
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+    subprocess.run(["git", "apply", str(scenario.regression_path)], cwd=tree, env=env, check=True)
+    assert len(scenario.fixes()) >= 2
+    assert len(scenario.decoys()) >= 3
+    for patch in scenario.fixes() + scenario.decoys():
+        res = subprocess.run(
+            ["git", "apply", "--check", str(patch)],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert res.returncode == 0, f"{patch}: {res.stderr}"
