@@ -25,7 +25,7 @@ LOG_ENV = "SREFORGE_RELIABILITY_LOG"
 @dataclass
 class Case:
     cls: str
-    lost: int = 0
+    lost: int | None = None  # None: this class writes nothing whose loss could be measured
 
 
 @contextmanager
