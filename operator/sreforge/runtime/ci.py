@@ -21,10 +21,29 @@ from sreforge.runtime.process import resolve_command
 MAX_PATCH_BYTES = 1024 * 1024  # documented limit: 1 MiB of unified diff
 OUTPUT_TAIL_CHARS = 4000
 _HEADER = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (\S+)|\+\+\+ (\S+))")
+# File names a patch may write: no quoting, spaces or shell metacharacters to misread.
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_.+=@,-]+(?:/[A-Za-z0-9_.+=@,-]+)*$")
+_SYMLINK_MODE = re.compile(r"^(?:(?:new|deleted|old) (?:file )?mode|index \S+) 120000\b")
 
 
 class PatchRejected(ValueError):
     """A patch the gate refuses before applying anything; the message is the CI feedback."""
+
+
+def _check_path(path: str) -> str:
+    """`path` (already without its a/ or b/ prefix) if it is safe to write, else reject."""
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or path.startswith("/"):
+        raise PatchRejected(f"absolute path in patch: {path}")
+    if ".." in pure.parts or "\\" in path:
+        raise PatchRejected(f"path escapes the workspace: {path}")
+    if pure.parts and pure.parts[0] == ".git":
+        raise PatchRejected(f"patch touches git metadata: {path}")
+    if not _SAFE_PATH.match(path):
+        raise PatchRejected(
+            f"file name outside the allowed characters [A-Za-z0-9._+=@,-/]: {path!r}"
+        )
+    return str(pure)
 
 
 def _clean_path(raw: str) -> str:
@@ -33,19 +52,16 @@ def _clean_path(raw: str) -> str:
     path = raw.split("\t", 1)[0]
     if path.startswith(("a/", "b/")):
         path = path[2:]
-    pure = PurePosixPath(path)
-    if pure.is_absolute() or path.startswith("/"):
-        raise PatchRejected(f"absolute path in patch: {path}")
-    if ".." in pure.parts or "\\" in path:
-        raise PatchRejected(f"path escapes the workspace: {path}")
-    if pure.parts and pure.parts[0] == ".git":
-        raise PatchRejected(f"patch touches git metadata: {path}")
-    return str(pure)
+    return _check_path(path)
 
 
 def touched_paths(patch: str) -> list[str]:
     """Every path a unified diff touches; raises PatchRejected on unsafe content."""
-    if len(patch.encode("utf-8", errors="replace")) > MAX_PATCH_BYTES:
+    try:
+        size = len(patch.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # e.g. a lone surrogate from a JSON "\ud800"
+        raise PatchRejected(f"patch is not valid UTF-8 text: {exc.reason}") from exc
+    if size > MAX_PATCH_BYTES:
         raise PatchRejected(f"patch is larger than the {MAX_PATCH_BYTES} byte limit")
     if "\x00" in patch:
         raise PatchRejected("patch contains NUL bytes (binary content is not accepted)")
@@ -53,9 +69,7 @@ def touched_paths(patch: str) -> list[str]:
     for line in patch.splitlines():
         if line.startswith(("GIT binary patch", "Binary files ")):
             raise PatchRejected("binary patches are not accepted")
-        if re.match(r"^(new|deleted|old) (file )?mode 120000", line) or re.match(
-            r"^new mode 120000", line
-        ):
+        if _SYMLINK_MODE.match(line):
             raise PatchRejected("patches may not create symlinks")
         m = _HEADER.match(line)
         if m:
@@ -84,6 +98,8 @@ def vet_patch(patch: str, protected: Sequence[str]) -> list[str]:
     paths = touched_paths(patch)
     if patch.strip() and not paths:
         raise PatchRejected("not a unified diff: no file headers (--- / +++) found")
+    if patch.strip():
+        paths += [p for p in _paths_git_sees(patch) if p not in paths]
     bad = [p for p in paths if is_protected(p, protected)]
     if bad:
         raise PatchRejected(f"patch edits protected paths: {', '.join(bad)}")
@@ -93,6 +109,38 @@ def vet_patch(patch: str, protected: Sequence[str]) -> list[str]:
 def _git_env(tree: Path) -> dict[str, str]:
     # Stop git from discovering an enclosing repository: paths stay relative to `tree`.
     return {**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.parent)}
+
+
+def _paths_git_sees(patch: str) -> list[str]:
+    """The paths `git apply -p1` itself would write, by its own parser, each vetted.
+
+    The header regex above can be misled (a C-quoted name, a prefix other than a/ and b/
+    that -p1 strips all the same); git's own reading of the patch cannot.
+    """
+    with tempfile.TemporaryDirectory(prefix="sreforge-vet-") as tmp:
+        outputs = []
+        for flag in ("--numstat", "--summary"):
+            proc = subprocess.run(
+                ["git", "apply", flag, "-z", "-p1", "-"],
+                cwd=tmp,
+                input=patch.encode(),
+                capture_output=True,
+                env=_git_env(Path(tmp)),
+                timeout=60,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise PatchRejected("malformed patch: " + proc.stderr.decode(errors="replace"))
+            outputs.append(proc.stdout.decode(errors="replace"))
+    numstat, summary = outputs
+    if re.search(r"(?:mode|=>) 120000\b", summary):
+        raise PatchRejected("patches may not create symlinks")
+    paths: list[str] = []
+    for field in numstat.split("\0"):
+        raw = field.rsplit("\t", 1)[-1]  # "added<TAB>deleted<TAB>path", renames: bare paths
+        if raw and (path := _check_path(raw)) not in paths:
+            paths.append(path)
+    return paths
 
 
 def apply_patch(tree: Path, patch: str) -> None:

@@ -493,8 +493,13 @@ def test_agent_role_grants_submissions_and_nothing_else(
         assert can_i(verb, resource) == "yes", (verb, resource)
     denied = [
         ("patch", "deployments"),
+        ("update", "deployments"),
         ("get", "secrets"),
+        ("list", "secrets"),
+        ("watch", "secrets"),
         ("get", "configmaps"),
+        ("list", "configmaps"),
+        ("watch", "configmaps"),
         ("create", "incidents"),
         ("delete", "submissions"),
         ("update", "submissions"),
@@ -505,6 +510,8 @@ def test_agent_role_grants_submissions_and_nothing_else(
         assert can_i(verb, resource) == "no", (verb, resource)
     assert can_i("patch", "incidents", "--subresource=status") == "no"
     assert can_i("patch", "submissions", "--subresource=status") == "no"
+    assert can_i("update", "incidents", "--subresource=status") == "no"
+    assert can_i("update", "submissions", "--subresource=status") == "no"
     # nothing outside its own namespace
     other = crds.kubectl(
         "auth", "can-i", "create", "submissions", "-n", NS, f"--as={who}", check=False

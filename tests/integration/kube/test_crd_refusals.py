@@ -1,0 +1,169 @@
+"""Invalid Incident and Submission specs sent to a real kube-apiserver are refused; the
+rendered load Jobs' pods pass its PodSecurity admission at `restricted`.
+
+The same hypothesis strategies as the pydantic tests (tests/hostile_values.py) draw a
+bounded, derandomized sample of invalid specs; each is POSTed to a real kube-apiserver
+(tests/kubeenv.py, one ControlPlane for this module) with crds/ installed. Every one
+must be refused with a message naming the field, and none may be stored.
+
+Schema violations are refused 422 (Invalid). Unknown fields are sent with
+`fieldValidation=Strict` (what `kubectl` uses by default) and refused 400 (BadRequest,
+"strict decoding error: unknown field"); without Strict the apiserver prunes them
+silently, as it does for any structural schema.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tests.hostile_values import bad_spec, reproducible
+from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
+from tests.reliability_cases import case
+
+from sreforge.api.resources import API_VERSION, GROUP, VERSION
+from sreforge.api.scenario import LoadProfile
+from sreforge.load.k6 import render_generator_job, render_k6_job
+
+pytestmark = pytest.mark.kube
+
+NS = "sreforge-refusals"
+CRDS = ("incidents.sreforge.dev", "submissions.sreforge.dev")
+EXAMPLES_PER_KIND = 40
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    bin_dir = find_tools_bin()
+    if bin_dir is None:
+        pytest.skip(f"control-plane binaries are not built; build them with: {BUILD_COMMAND}")
+    with ControlPlane(bin_dir, tmp_path_factory.mktemp("kube")) as cp:
+        crds = str(REPO_ROOT / "crds")
+        cp.kubectl("apply", "--server-side", "--field-manager=sreforge-test", "-f", crds)
+        cp.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{c}" for c in CRDS)
+        )
+        cp.kubectl("create", "namespace", NS)
+        yield cp
+
+
+@pytest.fixture(scope="module")
+def custom(control_plane: ControlPlane) -> Iterator[Any]:
+    from kubernetes import client, config  # noqa: PLC0415
+
+    api_client = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    api = client.CustomObjectsApi(api_client)
+    # discovery of the new group lags Established by a moment
+    for _ in range(240):
+        try:
+            api.list_namespaced_custom_object(GROUP, VERSION, NS, "incidents")
+            break
+        except client.exceptions.ApiException:
+            time.sleep(0.25)
+    yield api
+    api_client.close()
+
+
+def stored(custom: Any) -> int:
+    return sum(
+        len(custom.list_namespaced_custom_object(GROUP, VERSION, NS, plural)["items"])
+        for plural in ("incidents", "submissions")
+    )
+
+
+def refused(custom: Any, kind: str, spec: dict[str, Any]) -> tuple[int, str]:
+    """POST one object; (HTTP status, message) of the refusal, (201, "") if accepted."""
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": {"generateName": "hostile-"},
+        "spec": spec,
+    }
+    plural = "incidents" if kind == "Incident" else "submissions"
+    try:
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, NS, plural, body, field_validation="Strict"
+        )
+    except ApiException as exc:
+        return exc.status, str(json.loads(exc.body)["message"])
+    return 201, ""
+
+
+@pytest.mark.parametrize("kind", ["Incident", "Submission"])
+@reproducible(EXAMPLES_PER_KIND)
+@given(data=st.data())
+def test_invalid_specs_are_refused_naming_the_field(
+    custom: Any, kind: str, data: st.DataObject
+) -> None:
+    cls, spec, field = data.draw(bad_spec(kind.lower()))
+    with case(f"{kind} refused by the apiserver: {cls}") as c:
+        status, message = refused(custom, kind, spec)
+        c.lost = stored(custom)  # a refused object that was stored anyway
+        assert c.lost == 0, "the apiserver stored an invalid object"
+        # a schema violation is 422 Invalid; an unknown field under Strict (also a key of an
+        # object sent where a scalar belongs) is 400 BadRequest, strict decoding error
+        expected = 422 if "strict decoding error" not in message else 400
+        assert status == expected, (status, message, spec)
+        if cls in ("unknown field", "missing"):
+            assert status == {"unknown field": 400, "missing": 422}[cls], (status, message)
+        assert f"spec.{field}" in message, (field, message)
+
+
+# ---------------------------------------------------------------- load Jobs vs Pod Security
+PSA_NS = "sreforge-restricted"
+
+
+def _pod_of(job: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": job["metadata"]["name"], "namespace": PSA_NS},
+        "spec": job["spec"]["template"]["spec"],
+    }
+
+
+def test_rendered_load_pods_pass_the_restricted_pod_security_standard(
+    control_plane: ControlPlane,
+) -> None:
+    """The pods of render_k6_job / render_generator_job are admitted by the apiserver's own
+    PodSecurity admission at `enforce=restricted` (non-root, no privilege escalation, all
+    capabilities dropped, seccomp RuntimeDefault); the same pod without its security
+    context is refused, so the check can fail."""
+    cp = control_plane
+    cp.kubectl("create", "namespace", PSA_NS)
+    cp.kubectl("label", "namespace", PSA_NS, "pod-security.kubernetes.io/enforce=restricted")
+    profile = LoadProfile(rate=50)
+    jobs = {
+        "k6": render_k6_job("load-k6", PSA_NS, profile, "http://catalog:8080", "load-cm"),
+        "generator": render_generator_job(
+            "load-gen", PSA_NS, profile, "http://catalog:8080", "sreforge-operator:test"
+        ),
+    }
+    for name, job in jobs.items():
+        with case("security: load Job pods pass PodSecurity restricted"):
+            pod = _pod_of(job)
+            res = cp.kubectl(
+                "create", "--dry-run=server", "-f", "-", input_text=json.dumps(pod), check=False
+            )
+            assert res.returncode == 0, (name, res.stderr)
+            stripped = json.loads(json.dumps(pod))
+            for c in stripped["spec"]["containers"]:
+                c.pop("securityContext")
+            stripped["spec"].pop("securityContext")
+            bad = cp.kubectl(
+                "create",
+                "--dry-run=server",
+                "-f",
+                "-",
+                input_text=json.dumps(stripped),
+                check=False,
+            )
+            assert bad.returncode != 0, (name, bad.stdout)
+            assert 'violates PodSecurity "restricted:latest"' in bad.stderr, bad.stderr
