@@ -149,6 +149,14 @@ def _validate_one(case: catalogue.Case, args: argparse.Namespace) -> dict[str, o
     return catalogue.row(case, record, time.monotonic() - started)
 
 
+def _validate_command(args: argparse.Namespace, name: str) -> str:
+    """The command that reproduces one scenario's section of the table."""
+    command = f"sreforge scenarios validate {name}" + (" --fast" if args.fast else "")
+    if args.sustain_seconds:
+        command += f" --sustain-seconds {args.sustain_seconds}"
+    return command + f" --control-seconds {args.control_seconds}"
+
+
 def cmd_scenarios_validate(args: argparse.Namespace) -> int:
     try:
         scenarios = (
@@ -183,13 +191,12 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
             f"{row['failing']}" + (f"\n  MISMATCH: {row['mismatch']}" if row["mismatch"] else ""),
             flush=True,
         )
-    if args.markdown:
-        command = "sreforge scenarios validate" + "".join(f" {n}" for n in args.names)
-        command += " --fast" if args.fast else ""
-        if args.sustain_seconds:
-            command += f" --sustain-seconds {args.sustain_seconds}"
-        command += f" --control-seconds {args.control_seconds}"
-        catalogue.write_markdown(args.markdown, rows, command, catalogue.when())
+        last_of_scenario = i == len(todo) or todo[i].scenario.name != case.scenario.name
+        if args.markdown and last_of_scenario:  # each scenario's section as soon as it is done
+            mine = [r for r in rows if r["scenario"] == case.scenario.name]
+            catalogue.write_markdown(
+                args.markdown, mine, _validate_command(args, case.scenario.name), catalogue.when()
+            )
     mismatches = [r for r in rows if r["mismatch"]]
     print(f"\n{len(rows)} cases, {len(mismatches)} mismatches")
     return EXIT_FAILED if mismatches else EXIT_PASSED
