@@ -6,9 +6,9 @@ its progress output until the run is Verifying *and the fix has cleared the aler
 (`CatalogLatencyHigh=inactive`), then kills one child of the run, found among the run's
 own descendants in /proc (ppid chain + cmdline), by PID.
 
-Why a reference fix: without the fault the run would pass (tests/integration/
-test_scenario_runs.py::test_reference_fix_passes grades the same fix Passed), and the
-kill lands after the alert already cleared. A fault test on a run that would fail anyway
+Why a reference fix: without the fault the run would pass (test_scenario_runs.py's
+test_case[latency-cache-stampede:fixes/memoize-query.patch] grades the same fix Passed),
+and the kill lands after the alert already cleared. A fault test on a run that would fail anyway
 proves nothing; here only the fault can make the verdict "not passed".
 
 The runs use a copy of the scenario whose clear budget and fire timeout (240 s; the fire
