@@ -183,12 +183,14 @@ class ControlPlane:
         work_dir: str | os.PathLike[str],
         *,
         node_name: str = "kwok-node-0",
+        kwok: bool = True,
         start_timeout: float = 180.0,
         stop_timeout: float = 15.0,
     ) -> None:
         self.bin_dir = Path(bin_dir)
         self.work_dir = Path(work_dir)
         self.node_name = node_name
+        self.kwok = kwok
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.token = secrets.token_hex(24)
@@ -219,7 +221,11 @@ class ControlPlane:
         self.stop()
 
     def start(self) -> ControlPlane:
-        """Start every component and wait until the fake Node is Ready."""
+        """Start every component and wait until the fake Node is Ready.
+
+        With ``kwok=False`` neither kwok nor its Node is started: the caller brings
+        the node (tests/standin runs pods for real as a kubelet stand-in).
+        """
         if self._procs:
             raise ControlPlaneError("already started")
         missing = missing_binaries(self.bin_dir)
@@ -264,13 +270,17 @@ class ControlPlane:
 
         self._start_controller_manager()
         self._start_scheduler()
-        self._start_kwok()
+        if self.kwok:
+            self._start_kwok()
         # the controller-manager and scheduler serve healthz with their own
         # self-signed certificates
         cm_url = f"https://127.0.0.1:{self._ports['controller-manager']}/healthz"
         sched_url = f"https://127.0.0.1:{self._ports['scheduler']}/healthz"
         self._wait_http("kube-controller-manager", cm_url, b"ok", context=insecure)
         self._wait_http("kube-scheduler", sched_url, b"ok", context=insecure)
+        if not self.kwok:
+            self.timings["components_healthy"] = time.monotonic() - t0
+            return
         self._wait_http("kwok", f"http://127.0.0.1:{self._ports['kwok']}/healthz", b"ok")
         self.timings["components_healthy"] = time.monotonic() - t0
 
@@ -454,7 +464,9 @@ class ControlPlane:
                 str(self.bin_dir / "kwok"),
                 f"--kubeconfig={kc}",
                 f"--config={self.bin_dir / KWOK_STAGES}",
-                "--manage-all-nodes=true",
+                # only its own fake Node: a Node someone else runs (the pod stand-in
+                # of tests/standin) is left to them
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 f"--server-address=127.0.0.1:{self._ports['kwok']}",
             ],
             env={**os.environ, "HOME": str(home)},

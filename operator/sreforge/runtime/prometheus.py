@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -75,7 +76,12 @@ class PrometheusServer:
 
     def set_targets(self, job: str, addresses: list[str]) -> None:
         """Point a job at these host:port addresses (an endpoints update)."""
-        _write_atomic(self._sd(job), json.dumps([{"targets": addresses, "labels": {}}]))
+        self.set_target_groups(job, [{"targets": addresses, "labels": {}}])
+
+    def set_target_groups(self, job: str, groups: list[dict[str, Any]]) -> None:
+        """Replace a job's file_sd target groups (``targets`` + ``labels`` each; a
+        ``job`` or ``__metrics_path__`` label of a group overrides the job's own)."""
+        _write_atomic(self._sd(job), json.dumps(groups))
 
     @property
     def url(self) -> str:

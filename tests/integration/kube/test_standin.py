@@ -1,0 +1,536 @@
+"""The kubelet + kube-proxy stand-in (tests/standin) runs real pods for a real control plane.
+
+There is no container runtime here, so tests/standin is a stand-in for the kubelet and
+kube-proxy of one Node: containers are local processes, Services are local TCP proxies.
+Everything else is real: kube-apiserver, etcd, the Deployment/ReplicaSet/Job/GC
+controllers of kube-controller-manager, kube-scheduler (tests/kubeenv.py, no kwok) and
+Debian's Prometheus. Needs the binaries of hack/k8s-tools.sh; skipped, with the command
+to build them, when they are not there.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
+from tests.standin import (
+    NODE_NAME,
+    Image,
+    StandIn,
+    catalog_image,
+    catalog_tree,
+    operator_image,
+)
+from tests.standin import wait_until as wait_for
+from tests.standin.api import Api, ApiError
+
+from sreforge.api.scenario import LoadProfile
+from sreforge.load.k6 import render_generator_job
+
+pytestmark = pytest.mark.kube
+
+NS = "standin-it"
+WEB_V1, WEB_V2 = "sreforge-test/web:v1", "sreforge-test/web:v2"
+TOOLS = "sreforge-test/tools:1"
+CATALOG = "sreforge/catalog:healthy"
+OPERATOR = "sreforge/operator:dev"
+# a real HTTP server (python's http.server) reading PORT/HOST, as the contract asks
+SERVE = ["sh", "-c", 'exec python -m http.server "$PORT" --bind "$HOST"']
+
+
+def pid_running(pid: int) -> bool:
+    """True while a process with this PID exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def web_tree(root: Path, version: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "version.txt").write_text(f"{version}\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    bin_dir = find_tools_bin()
+    if bin_dir is None:
+        pytest.skip(f"control-plane binaries are not built; build them with: {BUILD_COMMAND}")
+    if shutil.which("prometheus") is None:
+        pytest.skip("Debian's prometheus is not installed (apt-get install prometheus)")
+    with ControlPlane(bin_dir, tmp_path_factory.mktemp("kube"), kwok=False) as cp:
+        cp.request("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
+        yield cp
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Image]:
+    tmp = tmp_path_factory.mktemp("images")
+    return {
+        WEB_V1: Image(web_tree(tmp / "web-v1", "v1"), path="/srv/www"),
+        WEB_V2: Image(web_tree(tmp / "web-v2", "v2"), path="/srv/www"),
+        TOOLS: Image((tmp / "tools"), path="/opt/tools"),
+        CATALOG: catalog_image(catalog_tree(tmp / "catalog")),
+        OPERATOR: operator_image(REPO_ROOT),
+    }
+
+
+@pytest.fixture(scope="module")
+def node(
+    cluster: ControlPlane, images: dict[str, Image], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StandIn]:
+    (images[TOOLS].root).mkdir(exist_ok=True)
+    with StandIn(cluster, tmp_path_factory.mktemp("standin"), images) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def api(node: StandIn) -> Api:
+    return node.api
+
+
+def get(api: Api, path: str) -> Any:
+    try:
+        return api.get(path)
+    except ApiError as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def http_get(port: int, path: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+        return str(resp.read().decode())
+
+
+def deployment(
+    name: str,
+    image: str,
+    *,
+    command: list[str] | None = None,
+    annotations: dict[str, str] | None = None,
+    probe_path: str = "/version.txt",
+    working_dir: str | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": name,
+        "image": image,
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "readinessProbe": {"httpGet": {"path": probe_path, "port": "http"}, "periodSeconds": 1},
+    }
+    if command:
+        container["command"] = command
+    if working_dir:
+        container["workingDir"] = working_dir
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": annotations or {}},
+                "spec": {"containers": [container], "terminationGracePeriodSeconds": 3},
+            },
+        },
+    }
+
+
+def service(name: str, port: int = 80) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"selector": {"app": name}, "ports": [{"port": port, "targetPort": "http"}]},
+    }
+
+
+def available(api: Api, name: str) -> bool:
+    dep = get(api, f"/apis/apps/v1/namespaces/{NS}/deployments/{name}")
+    if dep is None:
+        return False
+    st = dep.get("status") or {}
+    conds = {c["type"]: c["status"] for c in st.get("conditions") or []}
+    return (
+        conds.get("Available") == "True"
+        and st.get("observedGeneration") == dep["metadata"]["generation"]
+        and st.get("updatedReplicas") == st.get("replicas") == st.get("availableReplicas") == 1
+    )
+
+
+def pods_of(api: Api, selector: str) -> list[dict[str, Any]]:
+    q = urllib.parse.urlencode({"labelSelector": selector})
+    return list(api.get(f"/api/v1/namespaces/{NS}/pods?{q}")["items"])
+
+
+def job_condition(api: Api, name: str) -> str | None:
+    job = get(api, f"/apis/batch/v1/namespaces/{NS}/jobs/{name}")
+    for c in (job or {}).get("status", {}).get("conditions") or []:
+        if c["type"] in ("Complete", "Failed") and c["status"] == "True":
+            return str(c["type"])
+    return None
+
+
+def job(name: str, script: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "main", "image": TOOLS, "command": ["sh", "-c", script], **extra}
+                    ],
+                },
+            },
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------
+def test_node_is_ready_with_a_renewed_lease(api: Api) -> None:
+    n = api.get(f"/api/v1/nodes/{NODE_NAME}")
+    ready = [c for c in n["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready, n["status"]
+    assert ready[0]["status"] == "True", n["status"]
+    assert "kwok.x-k8s.io/node" not in (n["metadata"].get("annotations") or {})
+    lease = api.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE_NAME}")
+    first = lease["spec"]["renewTime"]
+    wait_for(
+        "the Lease to be renewed",
+        lambda: (
+            api.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NODE_NAME}")[
+                "spec"
+            ]["renewTime"]
+            != first
+        ),
+        timeout=60,
+    )
+
+
+def test_deployment_available_and_rollout_moves_service_under_load(api: Api, node: StandIn) -> None:
+    api.request(
+        "POST",
+        f"/apis/apps/v1/namespaces/{NS}/deployments",
+        deployment("web", WEB_V1, command=SERVE),
+    )
+    api.request("POST", f"/api/v1/namespaces/{NS}/services", service("web"))
+    wait_for(
+        "Deployment web to be Available (the real Deployment controller)",
+        lambda: available(api, "web"),
+    )
+    port = node.service_port(NS, "web", 80)
+    assert http_get(port, "/version.txt").strip() == "v1"
+    (old,) = pods_of(api, "app=web")
+    old_pids = node.pids(NS, old["metadata"]["name"])
+    assert old_pids
+    assert all(pid_running(p) for p in old_pids)
+    assert old["status"]["podIP"] == "127.0.0.1"
+    assert old["status"]["containerStatuses"][0]["ready"] is True
+
+    # a steady client through the Service proxy while the image changes
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                seen.append(http_get(port, "/version.txt", timeout=2).strip())
+            except (OSError, urllib.error.URLError):
+                seen.append("error")
+            time.sleep(0.02)
+
+    t = threading.Thread(target=client, daemon=True)
+    t.start()
+    try:
+        wait_for("load through the proxy", lambda: len(seen) > 20)
+        api.request(
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{NS}/deployments/web",
+            {"spec": {"template": {"spec": {"containers": [{"name": "web", "image": WEB_V2}]}}}},
+            content_type="application/strategic-merge-patch+json",
+        )
+        wait_for(
+            "the rollout to v2",
+            lambda: (
+                available(api, "web")
+                and all(
+                    p["spec"]["containers"][0]["image"] == WEB_V2 for p in pods_of(api, "app=web")
+                )
+            ),
+        )
+        wait_for(
+            "the old pod to be deleted",
+            lambda: (
+                not any(
+                    p["metadata"]["uid"] == old["metadata"]["uid"] for p in pods_of(api, "app=web")
+                )
+            ),
+        )
+        mark = len(seen)
+        wait_for("load after the rollout", lambda: len(seen) > mark + 20)
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    assert "v1" in seen
+    assert "v2" in seen
+    first_v2 = seen.index("v2")
+    assert "v1" not in seen[mark:], "the proxy still sends load to the deleted pod"
+    errors = seen.count("error")
+    assert errors <= max(2, len(seen) // 50), f"{errors} failed of {len(seen)} requests"
+    assert first_v2 < mark
+    # the old pod's processes are gone (SIGTERM by PID, then deletion confirmed)
+    wait_for("the old pod's processes to exit", lambda: not any(map(pid_running, old_pids)))
+
+
+def test_job_exit_codes_and_termination_message(api: Api) -> None:
+    ok = job("job-ok", "echo all good > /dev/termination-log; exit 0")
+    bad = job(
+        "job-bad",
+        "echo '3 failed, 12 passed' > \"$MSG\"; exit 1",
+        terminationMessagePath="/var/run/ci/message",
+        env=[{"name": "MSG", "value": "/var/run/ci/message"}],
+    )
+    for j in (ok, bad):
+        api.request("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", j)
+    assert wait_for("job-ok to finish", lambda: job_condition(api, "job-ok")) == "Complete"
+    assert wait_for("job-bad to finish", lambda: job_condition(api, "job-bad")) == "Failed"
+    (ok_pod,) = pods_of(api, "job-name=job-ok")
+    (bad_pod,) = pods_of(api, "job-name=job-bad")
+    assert ok_pod["status"]["phase"] == "Succeeded"
+    assert bad_pod["status"]["phase"] == "Failed"
+    term = bad_pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 1
+    assert term["message"].strip() == "3 failed, 12 passed"
+    ok_term = ok_pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (ok_term["exitCode"], ok_term["message"].strip()) == (0, "all good")
+
+
+PATCH = """\
+diff --git a/version.txt b/version.txt
+--- a/version.txt
++++ b/version.txt
+@@ -1 +1 @@
+-v1
++v1-patched
+"""
+
+
+def overlay_pod(name: str, patch_key: str, restart: str) -> dict[str, Any]:
+    """The patch-overlay shape the operator uses: an init container copies the image's
+    tree into an emptyDir and `git apply`s a diff from a ConfigMap; the main container
+    serves the patched copy."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"app": name}},
+        "spec": {
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 2,
+            "initContainers": [
+                {
+                    "name": "apply-patch",
+                    "image": WEB_V1,
+                    "command": [
+                        "sh",
+                        "-c",
+                        "cp -R /srv/www/. /work/ && cd /work && "
+                        f"git apply --whitespace=nowarn /patch/{patch_key}",
+                    ],
+                    "volumeMounts": [
+                        {"name": "work", "mountPath": "/work"},
+                        {"name": "patch", "mountPath": "/patch", "readOnly": True},
+                    ],
+                }
+            ],
+            "containers": [
+                {
+                    "name": "web",
+                    "image": WEB_V1,
+                    "command": SERVE,
+                    "workingDir": "/work",
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                    "readinessProbe": {"httpGet": {"path": "/version.txt", "port": "http"}},
+                    "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+                }
+            ],
+            "volumes": [
+                {"name": "work", "emptyDir": {}},
+                {"name": "patch", "configMap": {"name": "overlay"}},
+            ],
+        },
+    }
+
+
+def test_init_container_applies_configmap_patch_before_main(api: Api, node: StandIn) -> None:
+    api.request(
+        "POST",
+        f"/api/v1/namespaces/{NS}/configmaps",
+        {"metadata": {"name": "overlay"}, "data": {"fix.diff": PATCH, "bad.diff": "garbage\n"}},
+    )
+    api.request(
+        "POST", f"/api/v1/namespaces/{NS}/pods", overlay_pod("overlay-ok", "fix.diff", "Always")
+    )
+    api.request(
+        "POST", f"/api/v1/namespaces/{NS}/pods", overlay_pod("overlay-bad", "bad.diff", "Never")
+    )
+
+    def ready(name: str) -> bool:
+        pod = get(api, f"/api/v1/namespaces/{NS}/pods/{name}") or {}
+        conds = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions") or []}
+        return conds.get("Ready") == "True"
+
+    wait_for("overlay-ok to be Ready", lambda: ready("overlay-ok"))
+    port = node.pod_port(NS, "overlay-ok", 8080)
+    assert port is not None
+    assert http_get(port, "/version.txt").strip() == "v1-patched"
+    pod = api.get(f"/api/v1/namespaces/{NS}/pods/overlay-ok")
+    init = pod["status"]["initContainerStatuses"][0]["state"]["terminated"]
+    assert init["exitCode"] == 0
+
+    def failed() -> dict[str, Any] | None:
+        p = api.get(f"/api/v1/namespaces/{NS}/pods/overlay-bad")
+        return p if p["status"].get("phase") == "Failed" else None
+
+    bad = wait_for("overlay-bad to fail in its init container", failed)
+    assert bad["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] != 0
+    main_state = bad["status"]["containerStatuses"][0]["state"]
+    assert "waiting" in main_state, "the main container ran although the patch did not apply"
+
+
+def query(node: StandIn, promql: str) -> list[dict[str, Any]]:
+    url = f"{node.prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        import json  # noqa: PLC0415
+
+        return list(json.loads(resp.read())["data"]["result"])
+
+
+def test_prometheus_scrapes_annotated_catalog_pod(api: Api, node: StandIn) -> None:
+    dep = deployment(
+        "catalog",
+        CATALOG,
+        annotations={"prometheus.io/scrape": "true", "prometheus.io/port": "8080"},
+        probe_path="/healthz",
+    )
+    api.request("POST", f"/apis/apps/v1/namespaces/{NS}/deployments", dep)
+    api.request("POST", f"/api/v1/namespaces/{NS}/services", service("catalog", 8080))
+    wait_for("Deployment catalog to be Available", lambda: available(api, "catalog"))
+    (pod,) = pods_of(api, "app=catalog")
+    up = wait_for(
+        'Prometheus to see up{job="catalog"} == 1',
+        lambda: [
+            r for r in query(node, f'up{{job="catalog",namespace="{NS}"}}') if r["value"][1] == "1"
+        ],
+    )
+    assert up[0]["metric"]["pod"] == pod["metadata"]["name"]
+    port = node.service_port(NS, "catalog", 8080)
+    assert '"id": 7' in http_get(port, "/products/7").replace('"id":7', '"id": 7')
+
+
+@pytest.mark.slow
+def test_load_generator_job_through_service_seen_as_loadgen(api: Api, node: StandIn) -> None:
+    """render_generator_job (the operator image's `python -m sreforge.load`) against the
+    catalog through its Service; its pod is scraped as job="loadgen"."""
+    wait_for("Deployment catalog to be Available", lambda: available(api, "catalog"))
+    profile = LoadProfile(
+        rate=20,
+        duration_seconds=15,
+        path="/products/{id}",
+        id_range=(1, 300),
+        expect_json_id=True,
+        timeout_ms=2000,
+    )
+    target = f"http://catalog.{NS}.svc.cluster.local:8080"
+    j = render_generator_job("loadgen", NS, profile, target, OPERATOR, seed=1)
+    tmpl = j["spec"]["template"]["metadata"]
+    tmpl["labels"]["app"] = "loadgen"
+    tmpl["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": "9100"}
+    api.request("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", j)
+    ok = wait_for(
+        'Prometheus to see successful requests of job="loadgen"',
+        lambda: [
+            r
+            for r in query(node, 'sum(sreforge_load_requests_total{job="loadgen"}) by (outcome)')
+            if float(r["value"][1]) > 20
+        ],
+    )
+    assert ok
+    assert (
+        wait_for("the loadgen Job to finish", lambda: job_condition(api, "loadgen"), timeout=120)
+        == "Complete"
+    )
+    results = {
+        r["metric"].get("outcome", ""): float(r["value"][1])
+        for r in query(
+            node,
+            'max_over_time(sum(sreforge_load_requests_total{job="loadgen"}) by (outcome)[5m:1s])',
+        )
+    }
+    assert results, "no sreforge_load_requests_total samples"
+
+
+def test_deleting_the_deployment_stops_its_processes(api: Api, node: StandIn) -> None:
+    wait_for("Deployment web to be Available", lambda: available(api, "web"))
+    pods = pods_of(api, "app=web")
+    pids = [p for pod in pods for p in node.pids(NS, pod["metadata"]["name"])]
+    assert pids
+    assert all(map(pid_running, pids))
+    api.request(
+        "DELETE",
+        f"/apis/apps/v1/namespaces/{NS}/deployments/web",
+        {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+    )
+    wait_for(
+        "the GC to delete the pods and the stand-in to confirm", lambda: not pods_of(api, "app=web")
+    )
+    wait_for("the processes to exit", lambda: not any(map(pid_running, pids)))
+
+
+def test_converges_from_a_list_and_stops_everything_on_exit(
+    cluster: ControlPlane, images: dict[str, Image], tmp_path: Path
+) -> None:
+    """A pod bound to a node before its stand-in starts runs once it starts (list, then
+    watch); leaving the context manager stops every process it started."""
+    cluster.request(
+        "POST",
+        f"/api/v1/namespaces/{NS}/configmaps",
+        {"metadata": {"name": "overlay-early"}, "data": {"fix.diff": PATCH}},
+    )
+    pod = overlay_pod("early", "fix.diff", "Always")
+    pod["spec"]["volumes"][1]["configMap"]["name"] = "overlay-early"
+    pod["spec"]["nodeName"] = "standin-early"
+    cluster.request("POST", f"/api/v1/namespaces/{NS}/pods", pod)
+    with StandIn(cluster, tmp_path, images, node_name="standin-early", prometheus=False) as s:
+        wait_for(
+            "the early pod to run",
+            lambda: (
+                s.pod_port(NS, "early", 8080)
+                and (api_ready := s.runner(NS, "early")) is not None
+                and api_ready.ready
+            ),
+        )
+        port = s.pod_port(NS, "early", 8080)
+        assert port is not None
+        assert http_get(port, "/version.txt").strip() == "v1-patched"
+        pids = s.all_pids()
+        assert pids
+        assert all(map(pid_running, pids))
+    assert not any(map(pid_running, pids))
+    assert (tmp_path / "pods").is_dir()
