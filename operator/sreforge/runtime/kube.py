@@ -604,22 +604,28 @@ class Kube:
         except self._exc as exc:
             raise KubeError(f"Deployment {ns}/{name}: {getattr(exc, 'reason', exc)}") from exc
 
-    def replace_deployment(self, dep: dict[str, Any]) -> None:
-        meta = dep["metadata"]
-        body = {k: dep[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in dep}
-        body.setdefault("apiVersion", "apps/v1")
-        body.setdefault("kind", "Deployment")
-        self.apps.replace_namespaced_deployment(meta["name"], meta["namespace"], body)
-
     def mutate_deployment(self, ns: str, name: str, fn: Any) -> None:
-        """Read, transform with `fn(dep) -> dep`, replace; retried on a write conflict."""
+        """Read, transform the pod template with `fn(dep) -> dep`, write it back as a JSON
+        patch guarded by the resourceVersion read (RBAC: patch); retried on a conflict."""
         for _ in range(10):
             dep = self.get_deployment(ns, name)
+            template = fn(copy.deepcopy(dep))["spec"]["template"]
+            ops = [
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": dep["metadata"]["resourceVersion"],
+                },
+                {"op": "replace", "path": "/spec/template", "value": template},
+            ]
             try:
-                self.replace_deployment(fn(dep))
+                self.apps.patch_namespaced_deployment(name, ns, ops)
                 return
             except self._exc as exc:
-                if self._status(exc) != 409:
+                conflict = self._status(exc) == 409 or (
+                    self._status(exc) == 422 and "test operation" in str(exc.body)
+                )
+                if not conflict:
                     raise KubeError(f"Deployment {ns}/{name}: {exc.reason}: {exc.body}") from exc
         raise KubeError(f"Deployment {ns}/{name}: write conflicts did not settle")
 
@@ -984,6 +990,7 @@ class IncidentRun:
         pending = list(actions)
         next_sample = time.time()
         while not stop.is_set() and not self.p.finished:
+            st = self.p.state  # a failed Submission's FINISH starts a fresh RunState
             while pending and not stop.is_set():
                 pending.extend(self._do(pending.pop(0)))
             if self.p.finished or stop.is_set():
