@@ -978,7 +978,7 @@ class IncidentRun:
             self.log.info(f"resuming run {st.run_id} in phase {st.phase}")
             actions = self._resume_actions()
             if st.phase is Phase.PENDING:
-                actions = loop.step(st, loop.Start(t=time.time()))
+                actions = self._step(loop.Start(t=time.time()))
         else:
             self._persist(
                 [
@@ -986,7 +986,7 @@ class IncidentRun:
                     ("Succeeded", "Unknown", "Running", "the run is in progress"),
                 ]
             )
-            actions = loop.step(st, loop.Start(t=time.time()))
+            actions = self._step(loop.Start(t=time.time()))
         pending = list(actions)
         next_sample = time.time()
         while not stop.is_set() and not self.p.finished:

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from tests.integration.kube.test_install import wait_for
 from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
 
-from sreforge.api.resources import GROUP, VERSION
+from sreforge.api.resources import GROUP, VERSION, IncidentSpec
 from sreforge.api.scenario import load_scenario
 from sreforge.runtime.prometheus import PrometheusServer, prometheus_binary
 
@@ -421,3 +422,50 @@ def test_deleting_the_incident_collects_its_children(env: dict[str, Any]) -> Non
     )
     # the target gets back the image it had before the injection
     wait_for("catalog-d to be healthy again", lambda: container_image(env, "catalog-d") == HEALTHY)
+
+
+def test_sreforge_submit_creates_a_queued_submission(env: dict[str, Any], tmp_path: Path) -> None:
+    wait_cond(env, "incidents", "inc-a", "Injected")
+    patch = tmp_path / "fix.diff"
+    patch.write_text(FIX.read_text())
+    rca = tmp_path / "rca.md"
+    rca.write_text("The product cache was removed; every page scans the reviews table.\n")
+    exe = Path(sys.executable).with_name("sreforge")
+    kc = str(env["cp"].kubeconfig)
+    args = [str(exe), "submit", "inc-a", "--patch", str(patch), "--rca", str(rca)]
+    res = subprocess.run(
+        [*args, "-n", NS, "--kubeconfig", kc],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    name = res.stdout.split("submission.sreforge.dev/", 1)[1].split()[0]
+    assert name.startswith("inc-a-")
+    sub = get(env, "submissions", name)
+    assert sub["spec"]["patch"]["inline"] == FIX.read_text()
+    assert sub["spec"]["rca"] == rca.read_text()
+    c = wait_cond(env, "submissions", name, "Accepted")
+    assert c["reason"] == "Queued", c
+    # a missing file is one clear line, not a traceback
+    res = subprocess.run(
+        [str(exe), "submit", "inc-a", "--patch", str(tmp_path / "nope.diff"), "-n", NS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 2
+    assert "nope.diff" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_scenario_incident_example_is_accepted(env: dict[str, Any]) -> None:
+    path = SCENARIO.directory / "incident.yaml"
+    doc = yaml.safe_load(path.read_text())
+    IncidentSpec.model_validate(doc["spec"])
+    ns = doc["metadata"]["namespace"]
+    env["cp"].kubectl("create", "namespace", ns)
+    out = env["cp"].kubectl("create", "--dry-run=server", "-f", str(path)).stdout
+    assert "incident.sreforge.dev/stampede-1 created (server dry run)" in out, out
