@@ -989,6 +989,7 @@ class IncidentRun:
             actions = self._step(loop.Start(t=time.time()))
         pending = list(actions)
         next_sample = time.time()
+        next_queue_look = 0.0
         while not stop.is_set() and not self.p.finished:
             st = self.p.state  # a failed Submission's FINISH starts a fresh RunState
             while pending and not stop.is_set():
@@ -1003,13 +1004,16 @@ class IncidentRun:
                     event = loop.Fault(t=time.time(), reason=f"{type(exc).__name__}: {exc}"[:2000])
                 pending.extend(self._step(event))
                 continue
-            if st.phase is Phase.AWAITING_SUBMISSION and self._job is None:
+            if (
+                st.phase is Phase.AWAITING_SUBMISSION
+                and self._job is None
+                and time.monotonic() >= next_queue_look
+            ):
+                next_queue_look = time.monotonic() + 1.0  # one list a second at most
                 sub = self._next_submission()
                 if sub is not None:
                     pending.extend(self._start_grading(sub))
                     continue
-            if st.phase in (Phase.AWAITING_FIRE, Phase.AWAITING_SUBMISSION):
-                self._queue_waiting()
             if st.phase in SAMPLED_PHASES and time.time() >= next_sample:
                 next_sample = time.time() + st.verify.sample_interval_seconds
                 if self.telemetry is None:
@@ -1139,10 +1143,6 @@ class IncidentRun:
         queued = [s for s in subs if (condition(s, "Accepted") or {}).get("reason") == "Queued"]
         queued.sort(key=lambda s: (s["metadata"]["creationTimestamp"], s["metadata"]["name"]))
         return queued[0]["metadata"]["name"] if queued else None
-
-    def _queue_waiting(self) -> None:
-        """Submissions that arrive before the hand-off or during a grading stay Queued."""
-        # Queued is written by the Submission handler; nothing to do but keep it that way.
 
     def _refuse_queued(self, reason: str, message: str) -> None:
         for s in self.kube.list_submissions(self.ns):

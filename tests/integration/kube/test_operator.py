@@ -169,7 +169,9 @@ def make_target(env: dict[str, Any], name: str) -> None:
     )
 
 
-def make_incident(env: dict[str, Any], name: str, target: str, fire_timeout: int = 600) -> None:
+def make_incident(
+    env: dict[str, Any], name: str, target: str, fire_timeout: int = 600, runner: str = "builtin"
+) -> None:
     env["custom"].create_namespaced_custom_object(
         GROUP,
         VERSION,
@@ -183,6 +185,7 @@ def make_incident(env: dict[str, Any], name: str, target: str, fire_timeout: int
                 "scenario": SCENARIO.name,
                 "targetDeployment": target,
                 "prometheusURL": env["prom"].url,
+                "loadRunner": runner,
                 "load": {"rate": 5, "durationSeconds": 900},
                 "verify": {"fireTimeoutSeconds": fire_timeout},
             },
@@ -399,10 +402,13 @@ def test_killed_operator_resumes_the_same_run(env: dict[str, Any]) -> None:
 
 def test_deleting_the_incident_collects_its_children(env: dict[str, Any]) -> None:
     make_target(env, "catalog-d")
-    make_incident(env, "inc-d", "catalog-d")
+    make_incident(env, "inc-d", "catalog-d", runner="k6")  # a Job and its script ConfigMap
     wait_cond(env, "incidents", "inc-d", "Injected")
     sel = "sreforge.dev/incident=inc-d"
     assert env["batch"].list_namespaced_job(NS, label_selector=sel).items
+    cms = env["core"].list_namespaced_config_map(NS, label_selector=sel).items
+    assert [c.metadata.name for c in cms] == ["inc-d-k6-script"]
+    assert cms[0].metadata.owner_references[0].name == "inc-d"
     env["custom"].delete_namespaced_custom_object(GROUP, VERSION, NS, "incidents", "inc-d")
     wait_for(
         "the Incident to be gone (the operator releases its finalizer)",
@@ -417,8 +423,11 @@ def test_deleting_the_incident_collects_its_children(env: dict[str, Any]) -> Non
         ),
     )
     wait_for(
-        "the garbage collector to delete the load Job",
-        lambda: not env["batch"].list_namespaced_job(NS, label_selector=sel).items,
+        "the garbage collector to delete the load Job and the script ConfigMap",
+        lambda: (
+            not env["batch"].list_namespaced_job(NS, label_selector=sel).items
+            and not env["core"].list_namespaced_config_map(NS, label_selector=sel).items
+        ),
     )
     # the target gets back the image it had before the injection
     wait_for("catalog-d to be healthy again", lambda: container_image(env, "catalog-d") == HEALTHY)
