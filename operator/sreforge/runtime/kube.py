@@ -8,7 +8,8 @@ the Incident's `status.loop`, so a restarted operator resumes the same run.
 
 Configuration (environment of the operator):
 
-    SREFORGE_SCENARIOS_DIR     scenarios directory (default: the repository's scenarios/)
+    SREFORGE_SCENARIOS_DIR     scenarios directory (default: the checkout's scenarios/, in
+                               the image /opt/sreforge/scenarios)
     SREFORGE_IMAGE_PREFIX      service images are <prefix><service>:healthy|regressed
                                (default "sreforge/")
     SREFORGE_OPERATOR_IMAGE    image of the built-in load generator and the patch init
@@ -59,6 +60,7 @@ from sreforge.runtime.local import SAMPLED_PHASES
 from sreforge.telemetry import Telemetry
 
 REPO_SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"
+IMAGE_SCENARIOS = Path("/opt/sreforge/scenarios")  # the root Dockerfile copies them there
 MANAGED = {"app.kubernetes.io/managed-by": "sreforge"}
 INCIDENT_LABEL = "sreforge.dev/incident"
 ROLE_LABEL = "sreforge.dev/role"
@@ -81,9 +83,18 @@ class KubeError(RuntimeError):
 
 
 # ------------------------------------------------------------------ configuration
+def default_scenarios_dir() -> Path:
+    """The checkout's scenarios/ (editable install), else the image's /opt/sreforge/scenarios
+    (a wheel install has no checkout around it), else ./scenarios."""
+    for candidate in (REPO_SCENARIOS, IMAGE_SCENARIOS):
+        if candidate.is_dir():
+            return candidate
+    return Path.cwd() / "scenarios"
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
-    scenarios_dir: Path = REPO_SCENARIOS
+    scenarios_dir: Path = field(default_factory=default_scenarios_dir)
     image_prefix: str = "sreforge/"
     operator_image: str = "sreforge/operator:dev"
     source_dir: str = "/app"
@@ -93,7 +104,7 @@ class OperatorConfig:
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
         e = dict(os.environ) if env is None else env
         return cls(
-            scenarios_dir=Path(e.get("SREFORGE_SCENARIOS_DIR") or REPO_SCENARIOS),
+            scenarios_dir=Path(e.get("SREFORGE_SCENARIOS_DIR") or default_scenarios_dir()),
             image_prefix=e.get("SREFORGE_IMAGE_PREFIX", "sreforge/"),
             operator_image=e.get("SREFORGE_OPERATOR_IMAGE") or "sreforge/operator:dev",
             source_dir=e.get("SREFORGE_SOURCE_DIR") or "/app",
