@@ -1283,14 +1283,7 @@ class IncidentRun:
             "reason": verdict.reason.value,
             "submission": sub,
         }
-        if sub is not None:
-            fields = verdict_status(verdict, st.ci)
-            ok = "True" if verdict.passed else "False"
-            conds = [("Verified", ok, verdict.reason.value, verdict.message)]
-            if st.ci is not None and not st.ci.green:
-                conds.append(("CIPassed", "False", st.ci.status.value.capitalize(), st.ci.reason))
-            self._sub_conditions(sub, conds, fields)
-            self._judge(sub, verdict)
+        # The Incident first: whoever sees the Submission graded sees the Incident's summary.
         self._persist(
             [
                 (
@@ -1302,6 +1295,14 @@ class IncidentRun:
             ],
             {"verdict": summary},
         )
+        if sub is not None:
+            fields = verdict_status(verdict, st.ci)
+            ok = "True" if verdict.passed else "False"
+            conds = [("Verified", ok, verdict.reason.value, verdict.message)]
+            if st.ci is not None and not st.ci.green:
+                conds.append(("CIPassed", "False", st.ci.status.value.capitalize(), st.ci.reason))
+            self._sub_conditions(sub, conds, fields)
+            self._judge(sub, verdict)
 
     def _judge(self, sub: str, verdict: Verdict) -> None:
         """status.diagnosis by the RCA judge when spec.rca is set and RCA_JUDGE_* configured."""

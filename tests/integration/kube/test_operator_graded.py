@@ -171,7 +171,7 @@ def graded(env: dict[str, Any], name: str, timeout: float) -> dict[str, Any]:
     return sub_status(env, name)
 
 
-def test_graded_submissions(env: dict[str, Any]) -> None:
+def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
     make_catalog(env)
     env["custom"].create_namespaced_custom_object(
         GROUP,
@@ -247,6 +247,10 @@ def test_graded_submissions(env: dict[str, Any]) -> None:
     assert fix["passed"] is True, json.dumps(fix, indent=1)
     assert fix["score"] >= 0.85, fix
     assert fix["reason"] == "Passed"
+    record_property("empty_score", empty["score"])
+    record_property("empty_reason", empty["reason"])
+    record_property("fix_score", fix["score"])
+    print(f"empty: {empty['reason']} {empty['score']}; fix: {fix['reason']} {fix['score']}")
     inc = get(env, "incidents", "stampede")
     assert inc["status"]["runId"] == run_id
     assert inc["status"]["verdict"] == {
