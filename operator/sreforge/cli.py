@@ -202,6 +202,64 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
     return EXIT_FAILED if mismatches else EXIT_PASSED
 
 
+def cmd_operator(args: argparse.Namespace) -> int:
+    """Run the kopf operator in this process (sreforge.handlers)."""
+    import os  # noqa: PLC0415
+
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = str(args.kubeconfig)
+    if args.scenarios_dir:
+        os.environ["SREFORGE_SCENARIOS_DIR"] = str(args.scenarios_dir)
+    from sreforge import handlers  # noqa: PLC0415 (kopf loads only for this command)
+
+    handlers.run_operator(namespaces=args.namespace, liveness=args.liveness, verbose=args.verbose)
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Create a Submission for INCIDENT with the patch (inline) and an optional RCA."""
+    import os  # noqa: PLC0415
+
+    from sreforge.api.resources import API_VERSION, MAX_INLINE_PATCH  # noqa: PLC0415
+
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = str(args.kubeconfig)
+    try:
+        patch = args.patch.read_text(encoding="utf-8")
+        rca = args.rca.read_text(encoding="utf-8") if args.rca else None
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"sreforge submit: cannot read the patch or RCA file: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if len(patch.encode()) > MAX_INLINE_PATCH:
+        print(
+            f"sreforge submit: {args.patch}: larger than {MAX_INLINE_PATCH} bytes", file=sys.stderr
+        )
+        return EXIT_ERROR
+    spec: dict[str, object] = {"incidentRef": {"name": args.incident}, "patch": {"inline": patch}}
+    if rca:
+        spec["rca"] = rca
+    if args.agent_model:
+        spec["agentModel"] = args.agent_model
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": "Submission",
+        "metadata": {"generateName": f"{args.incident[:50]}-"},
+        "spec": spec,
+    }
+    from sreforge.runtime.kube import Kube  # noqa: PLC0415
+
+    try:
+        kube = Kube()
+        ns = args.namespace or kube.default_namespace()
+        made = kube.create_submission(ns, body)
+    except Exception as exc:  # the API's refusal or a missing cluster: one clear line
+        reason = getattr(exc, "body", None) or exc
+        print(f"sreforge submit: the API server refused the Submission: {reason}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"submission.sreforge.dev/{made['metadata']['name']} created in namespace {ns}")
+    return EXIT_PASSED
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sreforge", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -260,6 +318,29 @@ def build_parser() -> argparse.ArgumentParser:
     rs = sub.add_parser("runs", help="the leaderboard: every run in a runs directory")
     leaderboard.add_arguments(rs)
     rs.set_defaults(func=leaderboard.cli)
+
+    op = sub.add_parser("operator", help="run the Kubernetes operator (kopf, sreforge.handlers)")
+    op.add_argument("--kubeconfig", type=Path, help="default: $KUBECONFIG or in-cluster")
+    op.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch only this namespace (repeatable; default: all namespaces)",
+    )
+    op.add_argument("--scenarios-dir", type=Path, help="default: $SREFORGE_SCENARIOS_DIR")
+    op.add_argument("--liveness", metavar="URL", help="e.g. http://0.0.0.0:8080/healthz")
+    op.add_argument("-v", "--verbose", action="store_true")
+    op.set_defaults(func=cmd_operator)
+
+    sm = sub.add_parser("submit", help="create a Submission (an agent's fix) for an Incident")
+    sm.add_argument("incident", help="the Incident's name")
+    sm.add_argument("--patch", type=Path, required=True, help="a unified diff")
+    sm.add_argument("--rca", type=Path, help="a root-cause write-up")
+    sm.add_argument("--agent-model", help="the model under test")
+    sm.add_argument("-n", "--namespace", help="default: the kubeconfig context's namespace")
+    sm.add_argument("--kubeconfig", type=Path)
+    sm.set_defaults(func=cmd_submit)
 
     jd = sub.add_parser("judge", help="grade a run's root-cause write-up (diagnosis.json)")
     judge.add_arguments(jd)

@@ -1,0 +1,136 @@
+"""The kopf handlers of the SREForge operator (kopf is imported here and nowhere else).
+
+    kopf run --standalone --all-namespaces -m sreforge.handlers     (or: sreforge operator)
+
+Thin by design: each Incident gets a daemon that runs `runtime.kube.IncidentRun` (the
+closed loop, resumed from `status.loop` after a restart); a new Submission is admitted by
+`runtime.kube.admit_submission` (refusals, the in-process patch vetting, the queue).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
+from sreforge.api.scenario import ScenarioError
+from sreforge.runtime.kube import (
+    IncidentRun,
+    Kube,
+    KubeError,
+    OperatorConfig,
+    admit_submission,
+    restore_on_delete,
+)
+
+_kube: Kube | None = None
+_lock = threading.Lock()
+
+
+def kube() -> Kube:
+    global _kube  # noqa: PLW0603 (one API client per operator process)
+    with _lock:
+        if _kube is None:
+            _kube = Kube()
+        return _kube
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # Handler progress and diff-bases go to annotations: status belongs to the schema.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.posting.enabled = True
+    settings.watching.server_timeout = 60
+
+
+@kopf.daemon(GROUP, VERSION, INCIDENT_PLURAL, cancellation_timeout=10.0, backoff=5.0)
+def incident_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, logger: Any, **_: Any) -> None:
+    """Drive one Incident's closed loop until it finishes or the operator stops."""
+    cfg = OperatorConfig.from_env()
+    incident = dict(body)
+    name = incident["metadata"]["name"]
+    ns = incident["metadata"]["namespace"]
+    try:
+        run = IncidentRun(kube(), cfg, _fresh(incident), logger)
+    except (ScenarioError, ValidationError) as exc:
+        kube().update_conditions(
+            INCIDENT_PLURAL,
+            ns,
+            name,
+            [("Succeeded", "False", "InvalidScenario", str(exc)[:4000])],
+            {"phase": "Failed"},
+        )
+        return
+    run.run(_Stop(stopped))
+    if (
+        stopped
+        and stopped.reason is not None
+        and (stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED)
+    ):
+        try:
+            restore_on_delete(kube(), run)
+        except KubeError as exc:
+            logger.warning(f"could not restore the baseline of {ns}/{name}: {exc}")
+
+
+def _fresh(incident: dict[str, Any]) -> dict[str, Any]:
+    """The Incident as stored now (the daemon's body may predate the last status write)."""
+    meta = incident["metadata"]
+    got = kube().get_incident(meta["namespace"], meta["name"])
+    return got if got is not None else incident
+
+
+class _Stop(threading.Event):
+    """kopf's DaemonStopped as the threading.Event the runtime waits on."""
+
+    def __init__(self, stopped: kopf.DaemonStopped) -> None:
+        super().__init__()
+        self._stopped = stopped
+
+    def is_set(self) -> bool:
+        return bool(self._stopped)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return bool(self._stopped.wait(timeout))
+
+
+@kopf.on.create(GROUP, VERSION, SUBMISSION_PLURAL)
+@kopf.on.resume(GROUP, VERSION, SUBMISSION_PLURAL)
+def submission_created(body: kopf.Body, **_: Any) -> None:
+    """Admit a Submission: refuse, grade a refused patch at once, or queue it."""
+    try:
+        admit_submission(kube(), OperatorConfig.from_env(), dict(body))
+    except ValidationError as exc:
+        meta = body["metadata"]
+        kube().update_conditions(
+            SUBMISSION_PLURAL,
+            meta["namespace"],
+            meta["name"],
+            [("Accepted", "False", "InvalidSpec", str(exc)[:4000])],
+        )
+
+
+def run_operator(
+    *, namespaces: list[str] | None = None, liveness: str | None = None, verbose: bool = False
+) -> None:
+    """`sreforge operator`: kopf standalone (one replica, no peering) with these handlers."""
+    import logging  # noqa: PLC0415
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    kopf.configure(verbose=verbose)
+    kopf.run(
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces or (),
+        liveness_endpoint=liveness,
+    )

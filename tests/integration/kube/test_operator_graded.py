@@ -1,0 +1,271 @@
+"""Graded Submissions through the operator, with pods that really run.
+
+The control plane is real (tests/kubeenv.py, no kwok); the node is tests/standin, a
+kubelet + kube-proxy **stand-in** (there is no container runtime here): it runs the pods'
+containers as local processes from local trees standing for the images (the healthy and
+regressed catalog as substrate/catalog/Dockerfile builds them, the operator image as the
+repository), proxies Services and points a real Prometheus (the Debian binary, with the
+scenario's rules) at the pods that ask to be scraped. The operator is `sreforge
+operator`, a subprocess. Nothing is faked: the alert fires because the regressed catalog
+is slow under the built-in generator's load, and clears only if the patched build, laid
+over the regressed image's source by the overlay init containers, is fast.
+
+One Incident, three Submissions in order: an empty patch (graded while the fix waits
+Queued; CI green, never clears: fails), the reference fix (the operator is killed with
+SIGKILL mid-verification and restarted; the same run finishes with one verdict: passes),
+then a late one (the Incident is finished). Takes ~5 min: marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tests.integration.kube.test_install import wait_for
+from tests.integration.kube.test_operator import (
+    HEALTHY,
+    NS,
+    REGRESSED,
+    SCENARIO,
+    Operator,
+    cond,
+    get,
+    submit,
+    wait_cond,
+)
+from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
+from tests.standin import StandIn, catalog_image, catalog_tree, operator_image
+
+from sreforge.api.resources import GROUP, VERSION
+
+pytestmark = [pytest.mark.kube, pytest.mark.slow]
+
+FIX = SCENARIO.directory / "fixes" / "restore-simplecache.patch"
+OPERATOR_IMAGE = "sreforge/operator:dev"
+SUSTAIN = 30
+CLEAR_BUDGET = 60
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    bin_dir = find_tools_bin()
+    if bin_dir is None:
+        pytest.skip(f"control-plane binaries are not built; build them with: {BUILD_COMMAND}")
+    if shutil.which("prometheus") is None:
+        pytest.skip("Debian's prometheus is not installed (apt-get install prometheus)")
+    from kubernetes import client, config  # noqa: PLC0415
+
+    work = tmp_path_factory.mktemp("graded")
+    images = {
+        HEALTHY: catalog_image(catalog_tree(work / "img-healthy")),
+        REGRESSED: catalog_image(catalog_tree(work / "img-regressed", SCENARIO.regression_path)),
+        OPERATOR_IMAGE: operator_image(REPO_ROOT),
+    }
+    with (
+        ControlPlane(bin_dir, work / "kube", kwok=False) as cp,
+        StandIn(cp, work / "node", images, rule_files=[SCENARIO.rules_path]) as node,
+    ):
+        cp.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
+        cp.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/incidents.sreforge.dev",
+            "crd/submissions.sreforge.dev",
+        )
+        wait_for(
+            "the sreforge.dev API",
+            lambda: cp.kubectl("get", "incidents", "-A", check=False).returncode == 0,
+        )
+        cp.kubectl("create", "namespace", NS)
+        api = config.new_client_from_config(config_file=str(cp.kubeconfig))
+        op = Operator(cp.kubeconfig, work / "operator.log")
+        op.start()
+        try:
+            yield {
+                "cp": cp,
+                "node": node,
+                "op": op,
+                "custom": client.CustomObjectsApi(api),
+                "core": client.CoreV1Api(api),
+                "apps": client.AppsV1Api(api),
+                "batch": client.BatchV1Api(api),
+            }
+        finally:
+            op.stop()
+            api.close()
+            print(op.tail())
+
+
+def make_catalog(env: dict[str, Any]) -> None:
+    """The healthy catalog as a user deploys it: scraped, with a readiness probe."""
+    labels = {"app": "catalog"}
+    env["apps"].create_namespaced_deployment(
+        NS,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "catalog", "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {
+                        "labels": labels,
+                        "annotations": {
+                            "prometheus.io/scrape": "true",
+                            "prometheus.io/port": "8080",
+                        },
+                    },
+                    "spec": {
+                        "terminationGracePeriodSeconds": 2,
+                        "containers": [
+                            {
+                                "name": "catalog",
+                                "image": HEALTHY,
+                                "ports": [{"name": "http", "containerPort": 8080}],
+                                # generous: on a shared, loaded machine a 1 s probe
+                                # timeout takes a healthy pod out of the Service
+                                "readinessProbe": {
+                                    "httpGet": {"path": "/healthz", "port": "http"},
+                                    "periodSeconds": 1,
+                                    "timeoutSeconds": 5,
+                                    "failureThreshold": 10,
+                                },
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+    )
+    env["core"].create_namespaced_service(
+        NS,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "catalog"},
+            "spec": {"selector": labels, "ports": [{"port": 8080, "targetPort": 8080}]},
+        },
+    )
+
+
+def sub_status(env: dict[str, Any], name: str) -> dict[str, Any]:
+    return dict(get(env, "submissions", name).get("status") or {})
+
+
+def graded(env: dict[str, Any], name: str, timeout: float) -> dict[str, Any]:
+    try:
+        wait_for(
+            f"Submission {name} to be graded",
+            lambda: "passed" in sub_status(env, name),
+            timeout,
+        )
+    except BaseException:
+        print(env["op"].tail())
+        raise
+    return sub_status(env, name)
+
+
+def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
+    make_catalog(env)
+    env["custom"].create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        NS,
+        "incidents",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Incident",
+            "metadata": {"name": "stampede"},
+            "spec": {
+                "scenario": SCENARIO.name,
+                "prometheusURL": env["node"].prometheus_url,
+                "verify": {"sustainSeconds": SUSTAIN, "clearBudgetSeconds": CLEAR_BUDGET},
+            },
+        },
+    )
+    # Injected -> AlertFiring -> AwaitingSubmission, the brief and never the root cause
+    assert wait_cond(env, "incidents", "stampede", "Injected", 120)["status"] == "True"
+    fired = wait_cond(env, "incidents", "stampede", "AlertFiring", 180)
+    wait_for(
+        "the alert to fire",
+        lambda: (
+            (cond(get(env, "incidents", "stampede"), "AlertFiring") or {}).get("status") == "True"
+        ),
+        200,
+    )
+    inc = get(env, "incidents", "stampede")
+    st = inc["status"]
+    assert cond(inc, "AwaitingSubmission")["status"] == "True", fired  # type: ignore[index]
+    assert st["phase"] == "AwaitingSubmission"
+    assert st["brief"] == SCENARIO.brief_path.read_text()
+    root_cause = SCENARIO.root_cause_path.read_text()
+    assert root_cause.strip()[:80] not in str(inc)
+
+    # an empty patch is graded; the fix waits Queued meanwhile
+    submit(env, "empty", "stampede", "")
+    wait_for(
+        "the empty patch to be graded",
+        lambda: (
+            (cond(get(env, "submissions", "empty"), "Accepted") or {}).get("reason") == "Grading"
+        ),
+    )
+    submit(env, "fix", "stampede", FIX.read_text())
+    queued = wait_cond(env, "submissions", "fix", "Accepted")
+    assert (queued["status"], queued["reason"]) == ("False", "Queued"), queued
+    empty = graded(env, "empty", 400)
+    assert empty["passed"] is False, json.dumps(empty, indent=1)
+    # the regressed build stays slow: it never clears, or saturates so that the load is
+    # not delivered (the readiness probe times out too): a failure either way, not a fault
+    assert empty["reason"] not in ("Passed", "Inconclusive"), empty
+    assert empty["signals"]["sustained_clear"]["credit"] == 0, empty
+    assert empty["signals"]["ci_green"]["credit"] == 1, empty  # the empty patch builds
+    assert cond({"status": empty}, "CIPassed")["status"] == "True"  # type: ignore[index]
+    assert cond({"status": empty}, "Deployed")["status"] == "True"  # type: ignore[index]
+
+    # the fix: killed mid-verification, restarted, the same run gives one verdict
+    wait_for(
+        "the fix to be verified (patched build rolled out)",
+        lambda: (cond(get(env, "submissions", "fix"), "Deployed") or {}).get("status") == "True",
+        400,
+    )
+    dep = env["apps"].read_namespaced_deployment("catalog", NS)
+    init = [c.name for c in dep.spec.template.spec.init_containers or []]
+    assert init == ["sreforge-source", "sreforge-patch"]
+    assert dep.spec.template.spec.containers[0].image == REGRESSED
+    run_id = get(env, "incidents", "stampede")["status"]["runId"]
+    time.sleep(5)  # inside the verification window, which lasts >= SUSTAIN seconds
+    assert get(env, "incidents", "stampede")["status"]["loop"]["state"]["phase"] == "Verifying"
+    env["op"].kill()
+    env["op"].start()
+    fix = graded(env, "fix", 400)
+    assert fix["passed"] is True, json.dumps(fix, indent=1)
+    assert fix["score"] >= 0.85, fix
+    assert fix["reason"] == "Passed"
+    record_property("empty_score", empty["score"])
+    record_property("empty_reason", empty["reason"])
+    record_property("fix_score", fix["score"])
+    print(f"empty: {empty['reason']} {empty['score']}; fix: {fix['reason']} {fix['score']}")
+    inc = get(env, "incidents", "stampede")
+    assert inc["status"]["runId"] == run_id
+    assert inc["status"]["verdict"] == {
+        "passed": True,
+        "score": fix["score"],
+        "reason": "Passed",
+        "submission": "fix",
+    }
+    done = wait_cond(env, "incidents", "stampede", "Succeeded", 120)
+    assert (done["status"], done["reason"]) == ("True", "Passed"), done
+    # the baseline is back: the regressed image, no overlay
+    dep = env["apps"].read_namespaced_deployment("catalog", NS)
+    assert not dep.spec.template.spec.init_containers
+    assert dep.spec.template.spec.containers[0].image == REGRESSED
+
+    submit(env, "late", "stampede", FIX.read_text())
+    late = wait_cond(env, "submissions", "late", "Accepted")
+    assert (late["status"], late["reason"]) == ("False", "IncidentFinished"), late
