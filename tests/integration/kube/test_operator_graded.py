@@ -42,7 +42,7 @@ from tests.standin import StandIn, catalog_image, catalog_tree, operator_image
 
 from sreforge.api.resources import GROUP, VERSION
 
-pytestmark = [pytest.mark.kube, pytest.mark.slow]
+pytestmark = [pytest.mark.kube, pytest.mark.graded]
 
 FIX = SCENARIO.directory / "fixes" / "restore-simplecache.patch"
 OPERATOR_IMAGE = "sreforge/operator:dev"
