@@ -171,6 +171,19 @@ def graded(env: dict[str, Any], name: str, timeout: float) -> dict[str, Any]:
     return sub_status(env, name)
 
 
+def assert_nothing_internal(env: dict[str, Any], inc: dict[str, Any]) -> None:
+    """What the agent may read (the Incident, ConfigMaps in its namespace) holds no line of
+    the root cause and no name of a fix or decoy."""
+    readable = json.dumps(inc) + "".join(
+        json.dumps(cm.data or {}) for cm in env["core"].list_namespaced_config_map(NS).items
+    )
+    lines = [ln.strip() for ln in SCENARIO.root_cause_path.read_text().splitlines()]
+    for line in (ln for ln in lines if len(ln) >= 40):
+        assert line not in readable, line
+    for patch in SCENARIO.fixes() + SCENARIO.decoys():
+        assert patch.name not in readable, patch.name
+
+
 def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
     make_catalog(env)
     env["custom"].create_namespaced_custom_object(
@@ -206,6 +219,7 @@ def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
     assert st["brief"] == SCENARIO.brief_path.read_text()
     root_cause = SCENARIO.root_cause_path.read_text()
     assert root_cause.strip()[:80] not in str(inc)
+    assert_nothing_internal(env, inc)
 
     # an empty patch is graded; the fix waits Queued meanwhile
     submit(env, "empty", "stampede", "")
