@@ -25,8 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.integration.kube.test_install import wait_for
-from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
+from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin, wait_for
 
 from sreforge.api.resources import GROUP, VERSION, IncidentSpec
 from sreforge.api.scenario import load_scenario

@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tests.integration.kube.test_install import wait_for
 from tests.integration.kube.test_operator import (
     HEALTHY,
     NS,
@@ -37,7 +36,7 @@ from tests.integration.kube.test_operator import (
     submit,
     wait_cond,
 )
-from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
+from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin, wait_for
 from tests.standin import StandIn, catalog_image, catalog_tree, operator_image
 
 from sreforge.api.resources import GROUP, VERSION
