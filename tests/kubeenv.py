@@ -308,6 +308,31 @@ class ControlPlane:
         self._logs.clear()
         atexit.unregister(self.stop)
 
+    def restart(self, component: str, down_seconds: float = 2.0, timeout: float = 120.0) -> None:
+        """Stop one component (SIGTERM, SIGKILL after stop_timeout), keep it down for
+        ``down_seconds``, start it again with the same arguments and port and wait until it
+        is healthy. Its state survives: etcd keeps its data dir, the apiserver its keys."""
+        if component not in ("etcd", "kube-apiserver"):
+            raise ControlPlaneError(f"restart of {component} is not supported")
+        proc = self._procs[component]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=self.stop_timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        self._logs.pop(component).close()
+        time.sleep(down_seconds)
+        args = proc.args
+        assert isinstance(args, list)
+        self._spawn(component, [str(a) for a in args])
+        self._deadline = time.monotonic() + timeout
+        if component == "etcd":
+            self._wait_http("etcd", f"http://127.0.0.1:{self._ports['etcd']}/health", b'"true"')
+        else:
+            self._wait_http("kube-apiserver", f"{self.server}/readyz", b"ok", auth=True)
+
     # ------------------------------------------------------------ introspection
     def log_path(self, component: str) -> Path:
         return self.log_dir / f"{component}.log"

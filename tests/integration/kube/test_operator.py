@@ -399,6 +399,40 @@ def test_killed_operator_resumes_the_same_run(env: dict[str, Any]) -> None:
     assert state["samples"][-1]["t"] - state["injected_at"] > 60
 
 
+@pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
+def test_operator_recovers_when_the_control_plane_restarts_mid_run(
+    env: dict[str, Any], component: str
+) -> None:
+    """etcd or kube-apiserver stopped and started again while a run waits for its alert: the
+    operator reconnects, keeps sampling and persisting the same run, sees a Submission made
+    after the restart, and finishes the run once."""
+    name = f"inc-r-{component.rsplit('-', maxsplit=1)[-1]}"
+    make_target(env, f"catalog-{name}")
+    make_incident(env, name, f"catalog-{name}", fire_timeout=75)
+    wait_cond(env, "incidents", name, "Injected")
+    before = get(env, "incidents", name)["status"]
+    env["cp"].restart(component, down_seconds=5)
+    restarted = time.time()
+
+    def sampled_after_restart() -> bool:
+        samples = get(env, "incidents", name)["status"]["loop"]["state"]["samples"]
+        return bool(samples) and samples[-1]["t"] > restarted
+
+    wait_for(
+        f"the operator to persist samples after the {component} restart", sampled_after_restart
+    )
+    submit(env, f"{name}-sub", name, FIX.read_text())
+    queued = wait_cond(env, "submissions", f"{name}-sub", "Accepted")
+    assert (queued["status"], queued["reason"]) == ("False", "Queued"), queued
+    done = wait_cond(env, "incidents", name, "Succeeded", timeout=150)
+    assert done["reason"] == "AlertNeverFired", done
+    after = get(env, "incidents", name)["status"]
+    assert after["runId"] == before["runId"]
+    assert [c["type"] for c in after["conditions"]].count("Verified") == 1
+    assert env["op"].proc is not None
+    assert env["op"].proc.poll() is None, env["op"].tail()  # it rode it out, no crash
+
+
 def test_deleting_the_incident_collects_its_children(env: dict[str, Any]) -> None:
     make_target(env, "catalog-d")
     make_incident(env, "inc-d", "catalog-d", runner="k6")  # a Job and its script ConfigMap
