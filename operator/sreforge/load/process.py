@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from sreforge.api.scenario import LoadProfile
+from sreforge.runtime.process import die_with_parent
 
 
 def generator_command(
@@ -95,6 +96,7 @@ class GeneratorProcess:
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             env=env,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 (only prctl, no locks taken)
         )
         host = listen.rpartition(":")[0].strip("[]")
         self.host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
