@@ -179,7 +179,9 @@ reason (never Inconclusive), the one a decoy's `# expect:` header names when it 
 Each row is one real run: a real Prometheus, the real service builds, open-model load on
 127.0.0.1. *fired after* is the time from the regressed build's swap to the target alert
 firing (within the scenario's fire timeout); *control fired* is whether the target alert
-fired on the healthy build under the same load during the control window (it must not).
+fired on the healthy build under the same load during the control window (it must not);
+*failing signals* are those that earned less than full credit (time_to_clear is partial on
+every clear that is not instant, so a passing fix lists it too).
 Each scenario's section is rewritten by `sreforge scenarios validate NAME --markdown
 SCENARIOS.md`; the run times depend on the machine and on what else it runs.
 """
