@@ -38,7 +38,7 @@ def test_decoy_header_names_the_reasons_it_must_fail_with() -> None:
         Reason.NOT_CLEARED,
     }
     assert by_name["decoys/break-tests.patch"].expected_reasons() == {Reason.CI_RED}
-    assert by_name["empty"].expected_reasons() == {Reason.NOT_CLEARED}
+    assert by_name["empty"].expected_reasons() == {Reason.NOT_CLEARED, Reason.REFIRED}
 
 
 def test_decoy_without_header_accepts_any_behavioural_failure(tmp_path: Path) -> None:
