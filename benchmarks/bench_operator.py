@@ -33,7 +33,7 @@ from sreforge.runtime.prometheus import PrometheusServer
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the test suite's control plane, reused
-from tests.kubeenv import BUILD_COMMAND, ControlPlane, find_tools_bin, wait_for  # noqa: E402
+from tests.kubeenv import BUILD_COMMAND, ControlPlane, find_tools_bin  # noqa: E402
 
 HEADING = "## Operator: concurrent Incidents"
 SCENARIO = load_scenario(ROOT / "scenarios" / "latency-cache-stampede")
@@ -110,18 +110,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sreforge-bench-op-") as tmp:
         work = Path(tmp)
         with ControlPlane(bin_dir, work / "kube") as cp:
-            cp.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-            cp.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd/incidents.sreforge.dev",
-                "crd/submissions.sreforge.dev",
-            )
-            wait_for(
-                "the sreforge.dev API",
-                lambda: cp.kubectl("get", "incidents", "-A", check=False).returncode == 0,
-            )
+            cp.install_crds()
             prom = PrometheusServer(work / "prom", [SCENARIO.rules_path], ["catalog", "loadgen"])
             prom.start()
             api = config.new_client_from_config(config_file=str(cp.kubeconfig))

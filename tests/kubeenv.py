@@ -308,6 +308,17 @@ class ControlPlane:
         self._logs.clear()
         atexit.unregister(self.stop)
 
+    def install_crds(self, crds_dir: Path = REPO_ROOT / "crds") -> None:
+        """Apply the CRDs of ``crds_dir``, wait until each is Established and the sreforge.dev
+        group is discoverable (discovery lags Established by a moment)."""
+        self.kubectl("apply", "--server-side", "--field-manager=sreforge-test", "-f", str(crds_dir))
+        names = sorted(f"crd/{p.name.removesuffix('.yaml')}" for p in crds_dir.glob("*.yaml"))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        wait_for(
+            "the sreforge.dev API to be discoverable",
+            lambda: self.kubectl("get", "incidents", "-A", check=False).returncode == 0,
+        )
+
     def restart(self, component: str, down_seconds: float = 2.0, timeout: float = 120.0) -> None:
         """Stop one component (SIGTERM, SIGKILL after stop_timeout), keep it down for
         ``down_seconds``, start it again with the same arguments and port and wait until it

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.hostile_values import bad_spec, reproducible
-from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
+from tests.kubeenv import BUILD_COMMAND, ControlPlane, find_tools_bin
 from tests.reliability_cases import case
 
 from sreforge.api.resources import API_VERSION, GROUP, VERSION
@@ -43,11 +43,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     if bin_dir is None:
         pytest.skip(f"control-plane binaries are not built; build them with: {BUILD_COMMAND}")
     with ControlPlane(bin_dir, tmp_path_factory.mktemp("kube")) as cp:
-        crds = str(REPO_ROOT / "crds")
-        cp.kubectl("apply", "--server-side", "--field-manager=sreforge-test", "-f", crds)
-        cp.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{c}" for c in CRDS)
-        )
+        cp.install_crds()
         cp.kubectl("create", "namespace", NS)
         yield cp
 

@@ -38,17 +38,7 @@ HELM_AGENT_NS = "sreforge-helm-agents"
 @pytest.fixture(scope="module")
 def crds(control_plane: ControlPlane) -> ControlPlane:
     """The CRDs of crds/ applied and Established."""
-    control_plane.kubectl(
-        "apply", "--server-side", "--field-manager=sreforge-test", "-f", str(REPO_ROOT / "crds")
-    )
-    control_plane.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{c}" for c in CRDS)
-    )
-    # discovery of the new group lags Established by a moment
-    wait_for(
-        "the sreforge.dev API to be discoverable",
-        lambda: control_plane.kubectl("get", "incidents", "-A", check=False).returncode == 0,
-    )
+    control_plane.install_crds()
     control_plane.kubectl("create", "namespace", NS)
     return control_plane
 

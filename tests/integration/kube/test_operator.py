@@ -95,18 +95,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     from kubernetes import client, config  # noqa: PLC0415
 
     with ControlPlane(bin_dir, work / "kube") as cp:
-        cp.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
-        cp.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/incidents.sreforge.dev",
-            "crd/submissions.sreforge.dev",
-        )
-        wait_for(
-            "the sreforge.dev API",
-            lambda: cp.kubectl("get", "incidents", "-A", check=False).returncode == 0,
-        )
+        cp.install_crds()
         cp.kubectl("create", "namespace", NS)
         prom = PrometheusServer(work / "prom", [SCENARIO.rules_path], ["catalog", "loadgen"])
         prom.start()

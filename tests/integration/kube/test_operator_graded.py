@@ -68,18 +68,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         ControlPlane(bin_dir, work / "kube", kwok=False) as cp,
         StandIn(cp, work / "node", images, rule_files=[SCENARIO.rules_path]) as node,
     ):
-        cp.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "crds"))
-        cp.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/incidents.sreforge.dev",
-            "crd/submissions.sreforge.dev",
-        )
-        wait_for(
-            "the sreforge.dev API",
-            lambda: cp.kubectl("get", "incidents", "-A", check=False).returncode == 0,
-        )
+        cp.install_crds()
         cp.kubectl("create", "namespace", NS)
         api = config.new_client_from_config(config_file=str(cp.kubeconfig))
         op = Operator(cp.kubeconfig, work / "operator.log")
