@@ -79,7 +79,7 @@ def test_two_scenarios_at_once_both_pass_with_their_own_ports(tmp_path: Path) ->
         results.append((s, record_file.parent, json.loads(record_file.read_text()), out))
     for s, _, record, out in results:
         assert record["passed"] is True, f"{s.name}: {out}"
-        assert record["scenario"] == s.name
+        assert record["scenario"]["name"] == s.name
     (_, dir_a, rec_a, _), (_, dir_b, rec_b, _) = results
     targets_a, targets_b = _targets(dir_a), _targets(dir_b)
     assert targets_a
