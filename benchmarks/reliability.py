@@ -33,6 +33,7 @@ PYTEST = ".venv/bin/python -m pytest -p no:cacheprovider"
 SELECTIONS = [
     ("tests/unit/test_hostile_input.py", False),
     ("tests/integration/test_agent_view.py", False),
+    ("tests/integration/test_agent_sandbox.py", False),
     ("tests/integration/kube/test_crd_refusals.py", False),
     # tests that predate this table and log no cases: counted from the JUnit XML
     (

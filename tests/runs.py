@@ -65,3 +65,25 @@ def sreforge_run(
         records[0].parent,
         output,
     )
+
+
+AGENTS = ROOT / "tests" / "agents"
+
+
+def agent_args(script: str, *paths: Path) -> list[str]:
+    """`--agent` for one of tests/agents/ run by the system's python3 inside the agent's
+    sandbox, with the script's folder and the files it is given shared read-only."""
+    argv = " ".join(["python3", str(AGENTS / script), *map(str, paths)])
+    shares = [AGENTS, *paths]
+    return ["--agent", argv, *[a for p in shares for a in ("--agent-share", str(p))]]
+
+
+def inventory_from_log(run_dir: Path) -> dict[str, Any]:
+    """What tests/agents/inventory_agent.py printed to its log (logs/agent.log)."""
+    log = (run_dir / "logs" / "agent.log").read_text(encoding="utf-8")
+    (line,) = [x for x in log.splitlines() if x.startswith(INVENTORY_PREFIX)]
+    found: dict[str, Any] = json.loads(line.removeprefix(INVENTORY_PREFIX))
+    return found
+
+
+INVENTORY_PREFIX = "sreforge-inventory: "

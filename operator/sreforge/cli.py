@@ -49,6 +49,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         sustain_seconds=args.sustain_seconds,
         control_seconds=args.control_seconds,
         agent_timeout_seconds=args.agent_timeout,
+        agent_shares=args.agent_share,
+        agent_unsandboxed=args.agent_unsandboxed,
     )
     try:
         run = LocalRun(scenario, repo_root(), opts)
@@ -271,6 +273,19 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--agent", help="command run in the workspace; its edits are the patch")
     run.add_argument("--agent-model", help="model under test (the RCA judge must differ)")
     run.add_argument("--agent-timeout", type=int, default=1800, metavar="SECONDS")
+    run.add_argument(
+        "--agent-share",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="show PATH read-only, at the same path, inside the agent's sandbox (repeatable)",
+    )
+    run.add_argument(
+        "--agent-unsandboxed",
+        action="store_true",
+        help="run the agent as this user with the whole file system in view (record says so)",
+    )
     run.add_argument("--rca", type=Path, help="a root-cause write-up to judge beside the verdict")
     run.add_argument(
         "--sustain-seconds", type=int, metavar="N", help="override the scenario's sustained window"

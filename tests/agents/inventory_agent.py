@@ -1,10 +1,12 @@
 """A scripted stand-in for an agent that records everything it was handed, then fixes.
 
-`inventory_agent.py OUT.json FIX.patch`: writes to OUT.json every path under
-SREFORGE_WORKSPACE (recursively, symlinks not followed) with its text, the brief it was
-given and its SREFORGE_* environment, then behaves as tests/agents/patch_agent.py (applies
-FIX.patch to the workspace, writes rca.txt). It is not an AI: it lets the tests check that
-nothing harness-internal (root cause, decoys, fixes) reaches what an agent can read.
+`inventory_agent.py FIX.patch`: prints, on one line starting "sreforge-inventory: ", a
+JSON record of every path under SREFORGE_WORKSPACE (recursively, symlinks not followed)
+with its text, the brief it was given and its SREFORGE_* environment (stdout goes to the
+run's logs/agent.log: inside its sandbox it can write nowhere else), then behaves as
+tests/agents/patch_agent.py (applies FIX.patch to the workspace, writes rca.txt). It is
+not an AI: it lets the tests check that nothing harness-internal (root cause, decoys,
+fixes) reaches what an agent can read.
 """
 
 from __future__ import annotations
@@ -32,14 +34,14 @@ def inventory(workspace: Path) -> dict[str, str]:
 
 
 def main() -> int:
-    out, fix = Path(sys.argv[1]), sys.argv[2]
+    fix = sys.argv[1]
     workspace = Path(os.environ["SREFORGE_WORKSPACE"])
     record = {
         "workspace": inventory(workspace),
         "brief": Path(os.environ["SREFORGE_BRIEF"]).read_text(encoding="utf-8"),
         "env": {k: v for k, v in os.environ.items() if k.startswith("SREFORGE_")},
     }
-    out.write_text(json.dumps(record), encoding="utf-8")
+    print("sreforge-inventory: " + json.dumps(record), flush=True)
     sys.argv = [sys.argv[0], fix]
     return patch_agent.main()
 

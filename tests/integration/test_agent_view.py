@@ -7,24 +7,25 @@ its workspace recursively with every file's text. The full-loop version of this 
 runs inside tests/integration/test_faults.py (load generator death), which hands off the
 same way during a graded run.
 
-Scope: the workspace, the brief and the SREFORGE_* environment. The local runtime does
-not sandbox the agent process; see RELIABILITY.md for what else it can read.
+Scope: the workspace, the brief and the SREFORGE_* environment. That the agent can reach
+nothing else (the repository, the run directory, the harness's processes) is
+tests/integration/test_agent_sandbox.py.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from tests.reliability_cases import case
+from tests.runs import AGENTS, inventory_from_log
 
 from sreforge.api.scenario import load_scenario
 from sreforge.runtime.local import LocalRun, RunOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
-AGENT = ROOT / "tests" / "agents" / "inventory_agent.py"
+AGENT = AGENTS / "inventory_agent.py"
 
 
 def _internal_sentences() -> list[str]:
@@ -70,14 +71,14 @@ def assert_nothing_internal(seen: dict[str, object]) -> None:
 def test_agent_workspace_and_brief_hold_nothing_harness_internal(tmp_path: Path) -> None:
     with case("security: agent workspace and brief hold nothing internal"):
         scenario = load_scenario(SCENARIOS / "latency-cache-stampede")
-        out = tmp_path / "inventory.json"
         fix = scenario.fixes()[0]
         run = LocalRun(
             scenario,
             ROOT,
             RunOptions(
                 runs_dir=tmp_path / "runs",
-                agent=f"{sys.executable} {AGENT} {out} {fix}",
+                agent=f"python3 {AGENT} {fix}",
+                agent_shares=[AGENTS, fix],
                 live=False,
                 progress=lambda _line: None,
             ),
@@ -85,7 +86,7 @@ def test_agent_workspace_and_brief_hold_nothing_harness_internal(tmp_path: Path)
         run._prepare_trees()
         (run.dir / "logs").mkdir()  # made by the first process a full run starts
         run._obtain_submission()
-        seen = json.loads(out.read_text(encoding="utf-8"))
+        seen = inventory_from_log(run.dir)
         assert_nothing_internal(seen)
         # the agent did see the real thing: the regressed source and the brief
         assert "catalog/db.py" in seen["workspace"]

@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 from tests.integration.test_agent_view import assert_nothing_internal
 from tests.reliability_cases import Case, case
+from tests.runs import agent_args, inventory_from_log
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "latency-cache-stampede"
@@ -274,14 +275,10 @@ def test_substrate_crash_after_the_fix_is_not_cleared(start: Callable[..., Run])
         assert any(s in detail for s in ("service-down", "load-not-delivered", "firing")), detail
 
 
-def test_load_generator_death_fails_closed(start: Callable[..., Run], tmp_path: Path) -> None:
+def test_load_generator_death_fails_closed(start: Callable[..., Run]) -> None:
     with case("fault: load generator dies during verification") as c:
         # This run also hands off to an agent command, which records what it was given.
-        inventory = tmp_path / "inventory.json"
-        agent = (
-            f"{sys.executable} {ROOT / 'tests' / 'agents' / 'inventory_agent.py'} {inventory} {FIX}"
-        )
-        run = start("--agent", agent)
+        run = start(*agent_args("inventory_agent.py", FIX))
         run.wait_for_line(cleared_while_verifying)
         run.kill_child(lambda _pid, argv: argv[1:3] == ["-m", "sreforge.load"])
         code, record = run.finish(c)
@@ -294,4 +291,5 @@ def test_load_generator_death_fails_closed(start: Callable[..., Run], tmp_path: 
         assert signals["sustained_clear"]["value"] is False, signals
         assert "harness-fault" in signals["sustained_clear"]["detail"], signals
         assert record["submission"]["kind"] == "agent"  # type: ignore[index]
-        assert_nothing_internal(json.loads(inventory.read_text()))
+        assert record["submission"]["sandboxed"] is True  # type: ignore[index]
+        assert_nothing_internal(inventory_from_log(next(run.runs_dir.iterdir())))

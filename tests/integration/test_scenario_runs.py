@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.runs import ROOT, cli_env, sreforge_run
+from tests.runs import ROOT, agent_args, cli_env, sreforge_run
 
 from sreforge import catalogue
 from sreforge.api.scenario import discover
@@ -98,15 +97,10 @@ def test_case(tmp_path: Path, case: catalogue.Case) -> None:
 
 
 def test_agent_command_edits_the_workspace_and_its_diff_is_graded(tmp_path: Path) -> None:
-    agent = (
-        f"{sys.executable} {ROOT / 'tests' / 'agents' / 'patch_agent.py'} "
-        f"{STAMPEDE / 'fixes' / 'memoize-query.patch'}"
-    )
     run = sreforge_run(
         tmp_path,
         STAMPEDE,
-        "--agent",
-        agent,
+        *agent_args("patch_agent.py", STAMPEDE / "fixes" / "memoize-query.patch"),
         "--sustain-seconds",
         "20",
         env=cli_env(RCA_JUDGE_URL=""),
@@ -114,6 +108,7 @@ def test_agent_command_edits_the_workspace_and_its_diff_is_graded(tmp_path: Path
     record, run_dir = run.record, run.run_dir
     assert record["passed"] is True, run.output
     assert record["submission"]["kind"] == "agent"
+    assert record["submission"]["sandboxed"] is True
     assert record["submission"]["rca"] == "rca.txt"
     assert record["submission"]["filesChanged"] == ["catalog/db.py"]
     assert "rca.txt" not in (run_dir / "submission.patch").read_text()

@@ -28,7 +28,7 @@ from sreforge import loop
 from sreforge.api.observation import AlertSample, CIResult, CIStatus
 from sreforge.api.scenario import Scenario
 from sreforge.loop import Action, Phase, RunState
-from sreforge.runtime import ci
+from sreforge.runtime import ci, sandbox
 from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter
 from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_command
 from sreforge.runtime.prometheus import PrometheusServer
@@ -80,6 +80,8 @@ class RunOptions:
     sustain_seconds: int | None = None
     control_seconds: int = 0
     agent_timeout_seconds: int = 1800
+    agent_shares: list[Path] = field(default_factory=list)  # read-only inside the sandbox
+    agent_unsandboxed: bool = False  # run the agent as the harness's user, unconfined
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr))
     live: bool = True  # a live progress line on a terminal; plain lines otherwise
 
@@ -99,6 +101,13 @@ class LocalRun:
     def __init__(self, scenario: Scenario, repo_root: Path, options: RunOptions) -> None:
         if (options.fix is None) == (options.agent is None):
             raise ValueError("give exactly one of a fix patch or an agent command")
+        if options.agent is not None and not options.agent_unsandboxed:
+            why = sandbox.available()
+            if why is not None:  # refused before anything starts
+                raise ValueError(f"{why}; or pass --agent-unsandboxed to run it unconfined")
+        missing = [str(p) for p in options.agent_shares if not p.exists()]
+        if missing:
+            raise ValueError(f"--agent-share: no such path: {', '.join(missing)}")
         verify = scenario.verify
         if options.sustain_seconds is not None:
             verify = verify.model_copy(update={"sustain_seconds": options.sustain_seconds})
@@ -421,8 +430,32 @@ class LocalRun:
             kind = "agent"
             assert self.opts.agent is not None
             argv = shlex.split(self.opts.agent)
-            self._say(f"running the agent: {argv[0]} (timeout {self.opts.agent_timeout_seconds}s)")
-            with (self.dir / "logs" / "agent.log").open("ab") as log:
+            confined = not self.opts.agent_unsandboxed
+            self._say(
+                f"running the agent: {argv[0]} (timeout {self.opts.agent_timeout_seconds}s, "
+                + (
+                    "sandboxed: it sees the OS, /workspace, /handoff/brief.md"
+                    if confined
+                    else "UNSANDBOXED: it can read everything this user can"
+                )
+                + ")"
+            )
+            extra = {
+                "SREFORGE_WORKSPACE": str(workspace),
+                "SREFORGE_BRIEF": str(brief),
+                "SREFORGE_ALERT": self.scenario.target_alert,
+            }
+            if self.prom is not None:
+                extra["SREFORGE_PROMETHEUS_URL"] = self.prom.url
+            with contextlib.ExitStack() as stack:
+                if confined:
+                    box = stack.enter_context(
+                        sandbox.Sandbox(workspace, brief, self.opts.agent_shares)
+                    )
+                    argv, env = box.argv(argv), box.env(_env(), extra)
+                else:
+                    env = {**_env(), **extra}
+                log = stack.enter_context((self.dir / "logs" / "agent.log").open("ab"))
                 try:
                     subprocess.run(
                         argv,
@@ -432,15 +465,11 @@ class LocalRun:
                         stderr=subprocess.STDOUT,
                         timeout=self.opts.agent_timeout_seconds,
                         check=False,
-                        env={
-                            **_env(),
-                            "SREFORGE_WORKSPACE": str(workspace),
-                            "SREFORGE_BRIEF": str(brief),
-                            "SREFORGE_ALERT": self.scenario.target_alert,
-                        },
+                        env=env,
                     )
                 except subprocess.TimeoutExpired:
                     self._say("agent timed out: grading what it left in the workspace")
+            self.sandboxed = confined
             rca = workspace / "rca.txt"
             if rca.is_file():
                 shutil.move(rca, self.dir / "rca.txt")
@@ -633,6 +662,7 @@ class LocalRun:
                 "patch": "submission.patch" if (self.dir / "submission.patch").exists() else None,
                 "rca": "rca.txt" if (self.dir / "rca.txt").exists() else None,
                 "agentModel": self.opts.agent_model,
+                "sandboxed": getattr(self, "sandboxed", None),
                 "filesChanged": ci_res.files_changed,
             },
             "passed": verdict.passed,
