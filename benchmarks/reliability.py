@@ -63,7 +63,7 @@ JUNIT_CLASSES = {
         "fault: operator SIGKILLed and restarted (after injection; mid-verification)"
     ),
     "test_graded_submissions": (
-        "fault: operator SIGKILLed and restarted (after injection; mid-verification)"
+        "fault: operator SIGKILLed and restarted at every phase (failpoints) and mid-verification"
     ),
     "test_submissions_wait_queued_before_the_hand_off": (
         "input: Submissions while another is graded or before the hand-off wait (Queued)"
@@ -82,9 +82,7 @@ JUNIT_CLASSES = {
         "input: Incident deleted mid-run: children collected, image restored"
     ),
 }
-NOT_YET_RUN = [
-    "fault: operator killed at every phase (only after injection and mid-verification are)",
-]
+NOT_YET_RUN: list[str] = []
 
 
 def run_selection(selection: str, tmp: Path, i: int) -> tuple[Path, Path, int]:

@@ -55,7 +55,7 @@ from sreforge.api.scenario import LoadProfile, Scenario, ScenarioError, VerifySp
 from sreforge.api.verdict import Verdict
 from sreforge.load import k6
 from sreforge.loop import Action, Phase, RunState
-from sreforge.runtime import ci
+from sreforge.runtime import ci, failpoint
 from sreforge.runtime.local import SAMPLED_PHASES
 from sreforge.telemetry import Telemetry
 
@@ -950,7 +950,10 @@ class IncidentRun:
             )
         self.kube.update_conditions(INCIDENT_PLURAL, self.ns, self.name, list(conditions), body)
         self._last_persist = time.monotonic()
+        entered = st.phase is not self._persisted_phase
         self._persisted_phase = st.phase
+        if entered:
+            failpoint.reached(f"persisted:{st.phase.value}")
 
     def _sub_conditions(
         self,
@@ -1108,12 +1111,16 @@ class IncidentRun:
         if self.p.baseline_image is None:
             self.p.baseline_image = box.get("image")
             self.p.baseline_workdir = box.get("workingDir")
+            # in status before the image changes: an operator that dies after the swap must
+            # not take the regressed image for the baseline when it resumes
+            self._persist()
         url = self.kube.service_url(self.target_ns, self.target)  # fail before changing anything
 
         def swap(d: dict[str, Any]) -> dict[str, Any]:
             return overlay_template(d, svc, self.cfg, None, self.p.baseline_workdir, None, [])
 
         self.kube.mutate_deployment(self.target_ns, self.target, swap)
+        failpoint.reached("applied:inject")
         self.kube.wait_rollout(
             self.target_ns, self.target, self.scenario.service.deploy_timeout_seconds, self._stop
         )
@@ -1207,6 +1214,7 @@ class IncidentRun:
         self.kube.create(patch_configmap(cm, self.ns, patch, self.incident, "ci"))
         job = render_ci_job(self.incident, sub, self.scenario, self.cfg, cm)
         self.kube.create(job)
+        failpoint.reached("applied:run-ci")
         name = job["metadata"]["name"]
         deadline = (
             time.monotonic() + self.scenario.service.test_timeout_seconds + CI_MARGIN_SECONDS * 2
@@ -1250,6 +1258,7 @@ class IncidentRun:
 
         try:
             self.kube.mutate_deployment(self.target_ns, self.target, overlay)
+            failpoint.reached("applied:deploy")
             t = self.kube.wait_rollout(
                 self.target_ns,
                 self.target,
@@ -1295,6 +1304,7 @@ class IncidentRun:
             ],
             {"verdict": summary},
         )
+        failpoint.reached("applied:record")
         if sub is not None:
             fields = verdict_status(verdict, st.ci)
             ok = "True" if verdict.passed else "False"
@@ -1344,12 +1354,14 @@ class IncidentRun:
         dep = self.kube.get_deployment(self.target_ns, self.target)
         if base(dep)["spec"] != dep["spec"]:
             self.kube.mutate_deployment(self.target_ns, self.target, base)
-            self.kube.wait_rollout(
-                self.target_ns,
-                self.target,
-                self.scenario.service.deploy_timeout_seconds,
-                self._stop,
-            )
+            failpoint.reached("applied:restore")
+        # also when resumed after the patch went in: the rollout may not have finished
+        self.kube.wait_rollout(
+            self.target_ns,
+            self.target,
+            self.scenario.service.deploy_timeout_seconds,
+            self._stop,
+        )
         if self.p.submission is not None:
             self.kube.delete_configmap(self.target_ns, self._patch_cm_name())
 

@@ -48,11 +48,17 @@ class Operator:
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, failpoint: str | None = None) -> None:
+        """Start it; with `failpoint` (sreforge.runtime.failpoint) it SIGKILLs itself there."""
         exe = Path(sys.executable).with_name("sreforge")
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
         env.pop("SREFORGE_PROMETHEUS_URL", None)
+        env.pop("SREFORGE_FAILPOINT", None)
+        if failpoint is not None:
+            env["SREFORGE_FAILPOINT"] = failpoint
         with self.log.open("ab") as out:
+            out.write(f"--- operator start (failpoint {failpoint})\n".encode())
+            out.flush()
             self.proc = subprocess.Popen(
                 [str(exe), "operator", "--kubeconfig", str(self.kubeconfig), "-n", NS],
                 stdout=out,
@@ -61,6 +67,16 @@ class Operator:
                 env=env,
                 start_new_session=True,
             )
+
+    def crashed_at(self, failpoint: str, timeout: float) -> None:
+        """Wait for the operator started with `failpoint` to SIGKILL itself there."""
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            print(self.tail())
+            pytest.fail(f"the operator never reached failpoint {failpoint} in {timeout:.0f}s")
+        assert code == -signal.SIGKILL, (failpoint, code, self.tail())
 
     def kill(self) -> None:
         """SIGKILL: no graceful shutdown, as a crashed operator."""

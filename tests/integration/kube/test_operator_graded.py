@@ -11,9 +11,12 @@ is slow under the built-in generator's load, and clears only if the patched buil
 over the regressed image's source by the overlay init containers, is fast.
 
 One Incident, three Submissions in order: an empty patch (graded while the fix waits
-Queued; CI green, never clears: fails), the reference fix (the operator is killed with
-SIGKILL mid-verification and restarted; the same run finishes with one verdict: passes),
-then a late one (the Incident is finished). Takes ~5 min: marked slow.
+Queued; CI green, never clears: fails), the reference fix (passes), then a late one (the
+Incident is finished). The operator dies at every phase of the run and is restarted each
+time: it SIGKILLs itself at each failpoint of sreforge.runtime.failpoint in turn (every
+phase as it is entered, and after each action's first write to the cluster), and is also
+SIGKILLed from outside mid-verification, twice. The same run finishes with one verdict
+per Submission and one CI Job each. Takes ~6 min.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
 from tests.standin import StandIn, catalog_image, catalog_tree, operator_image
 
 from sreforge.api.resources import GROUP, VERSION
+from sreforge.loop import Phase
 
 pytestmark = [pytest.mark.kube, pytest.mark.graded]
 
@@ -172,8 +176,30 @@ def assert_nothing_internal(env: dict[str, Any], inc: dict[str, Any]) -> None:
         assert patch.name not in readable, patch.name
 
 
+def crash_through(env: dict[str, Any], failpoints: list[str], timeout: float = 240) -> None:
+    """Restart the operator armed with each failpoint in turn; each must be reached (the
+    operator SIGKILLs itself there); then start it unarmed."""
+    op = env["op"]
+    for point in failpoints:
+        op.start(failpoint=point)
+        op.crashed_at(point, timeout)
+        CRASHES.append(point)
+    op.start()
+
+
+CRASHES: list[str] = []
+EVERY_PHASE = {f"persisted:{p.value}" for p in Phase} | {
+    "applied:inject",
+    "applied:run-ci",
+    "applied:deploy",
+    "applied:record",
+    "applied:restore",
+}
+
+
 def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
     make_catalog(env)
+    env["op"].stop()  # restarted below, armed to die at each phase of the injection
     env["custom"].create_namespaced_custom_object(
         GROUP,
         VERSION,
@@ -190,6 +216,19 @@ def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
             },
         },
     )
+    crash_through(
+        env,
+        [
+            "persisted:Pending",
+            "persisted:Injecting",
+            "applied:inject",
+            "persisted:AwaitingFire",
+            "persisted:AwaitingSubmission",
+        ],
+    )
+    # resumed after the swap: the baseline is the image the user deployed, not the regressed
+    loop_status = get(env, "incidents", "stampede")["status"]["loop"]
+    assert loop_status["baselineImage"] == HEALTHY, loop_status
     # Injected -> AlertFiring -> AwaitingSubmission, the brief and never the root cause
     assert wait_cond(env, "incidents", "stampede", "Injected", 120)["status"] == "True"
     fired = wait_cond(env, "incidents", "stampede", "AlertFiring", 180)
@@ -220,6 +259,26 @@ def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
     submit(env, "fix", "stampede", FIX.read_text())
     queued = wait_cond(env, "submissions", "fix", "Accepted")
     assert (queued["status"], queued["reason"]) == ("False", "Queued"), queued
+    # while the empty patch is verified: killed from outside, and armed for the fix's CI
+    wait_for(
+        "the empty patch to be verified",
+        lambda: (
+            get(env, "incidents", "stampede")["status"]["loop"]["state"]["phase"] == "Verifying"
+        ),
+        400,
+    )
+    env["op"].kill()
+    crash_through(
+        env,
+        [
+            "persisted:CI",  # the fix's: the empty patch's CI is over
+            "applied:run-ci",
+            "persisted:Deploying",
+            "applied:deploy",
+            "persisted:Verifying",
+        ],
+        timeout=400,
+    )
     empty = graded(env, "empty", 400)
     assert empty["passed"] is False, json.dumps(empty, indent=1)
     # the regressed build stays slow: it never clears, or saturates so that the load is
@@ -244,7 +303,11 @@ def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
     time.sleep(5)  # inside the verification window, which lasts >= SUSTAIN seconds
     assert get(env, "incidents", "stampede")["status"]["loop"]["state"]["phase"] == "Verifying"
     env["op"].kill()
-    env["op"].start()
+    crash_through(
+        env,
+        ["persisted:Restoring", "applied:record", "applied:restore", "persisted:Done"],
+        timeout=400,
+    )
     fix = graded(env, "fix", 400)
     assert fix["passed"] is True, json.dumps(fix, indent=1)
     assert fix["score"] >= 0.85, fix
@@ -267,6 +330,16 @@ def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
     dep = env["apps"].read_namespaced_deployment("catalog", NS)
     assert not dep.spec.template.spec.init_containers
     assert dep.spec.template.spec.containers[0].image == REGRESSED
+
+    # every phase, and every action's first write, was a crash point of this one run
+    assert set(CRASHES) == EVERY_PHASE, set(CRASHES) ^ EVERY_PHASE
+    record_property("operator_crashes", len(CRASHES))
+    ci_jobs = [
+        j.metadata.name
+        for j in env["batch"].list_namespaced_job(NS).items
+        if (j.metadata.labels or {}).get("sreforge.dev/role") == "ci"
+    ]
+    assert len(ci_jobs) == 2, ci_jobs  # one per Submission, across every restart
 
     submit(env, "late", "stampede", FIX.read_text())
     late = wait_cond(env, "submissions", "late", "Accepted")
