@@ -91,6 +91,14 @@ class ChatCompletionsDouble:
             await asyncio.wait_for(self.release.wait(), timeout=30)
         if self.behaviour == "not-a-completion":
             return web.json_response({"object": "error", "message": "no such model"})
+        if self.behaviour == "fixed-correct":  # for plumbing tests that use a real truth
+            answer = {
+                "root_cause_correct": True,
+                "evidence_grounded": True,
+                "false_leads": False,
+                "rationale": "fixed answer of the test double",
+            }
+            return _completion(body, json.dumps(answer))
         if self.behaviour == "malformed":
             return _completion(body, '{"root_cause_correct": true, "evidence_grounded": ')
         answer = grade(body)

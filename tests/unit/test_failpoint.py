@@ -17,7 +17,12 @@ def _run(armed: str | None) -> subprocess.CompletedProcess[str]:
     if armed is not None:
         env[failpoint.ENV] = armed
     return subprocess.run(
-        [sys.executable, "-c", CODE], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", CODE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 

@@ -47,6 +47,7 @@ class Operator:
         self.kubeconfig = kubeconfig
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
+        self.extra_env: dict[str, str] = {}
 
     def start(self, failpoint: str | None = None) -> None:
         """Start it; with `failpoint` (sreforge.runtime.failpoint) it SIGKILLs itself there."""
@@ -54,6 +55,7 @@ class Operator:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
         env.pop("SREFORGE_PROMETHEUS_URL", None)
         env.pop("SREFORGE_FAILPOINT", None)
+        env.update(self.extra_env)
         if failpoint is not None:
             env["SREFORGE_FAILPOINT"] = failpoint
         with self.log.open("ab") as out:
@@ -197,7 +199,20 @@ def make_incident(
     )
 
 
-def submit(env: dict[str, Any], name: str, incident: str, patch: str) -> None:
+def submit(
+    env: dict[str, Any],
+    name: str,
+    incident: str,
+    patch: str,
+    *,
+    rca: str | None = None,
+    agent_model: str | None = None,
+) -> None:
+    spec: dict[str, Any] = {"incidentRef": {"name": incident}, "patch": {"inline": patch}}
+    if rca is not None:
+        spec["rca"] = rca
+    if agent_model is not None:
+        spec["agentModel"] = agent_model
     env["custom"].create_namespaced_custom_object(
         GROUP,
         VERSION,
@@ -207,7 +222,7 @@ def submit(env: dict[str, Any], name: str, incident: str, patch: str) -> None:
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Submission",
             "metadata": {"name": name},
-            "spec": {"incidentRef": {"name": incident}, "patch": {"inline": patch}},
+            "spec": spec,
         },
     )
 

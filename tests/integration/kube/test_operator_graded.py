@@ -39,6 +39,13 @@ from tests.integration.kube.test_operator import (
     submit,
     wait_cond,
 )
+from tests.integration.test_judge import (
+    AGENT_MODEL,
+    JUDGE_MODEL,
+    ChatCompletionsDouble,
+    chat_completions_double,  # noqa: F401 (a fixture)
+    fenced_parts,
+)
 from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin, wait_for
 from tests.standin import StandIn, catalog_image, catalog_tree, operator_image
 
@@ -197,9 +204,23 @@ EVERY_PHASE = {f"persisted:{p.value}" for p in Phase} | {
 }
 
 
-def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
+RCA = "The cache layer was dropped: every product page runs the review aggregation (30 ms).\n"
+
+
+def test_graded_submissions(
+    env: dict[str, Any],
+    record_property: Any,
+    chat_completions_double: ChatCompletionsDouble,  # noqa: F811 (the fixture imported above)
+) -> None:
     make_catalog(env)
     env["op"].stop()  # restarted below, armed to die at each phase of the injection
+    # the RCA judge: a network-level test double of a chat-completions server on loopback
+    chat_completions_double.behaviour = "fixed-correct"
+    env["op"].extra_env = {
+        "RCA_JUDGE_URL": chat_completions_double.base_url,
+        "RCA_JUDGE_MODEL": JUDGE_MODEL,
+        "RCA_JUDGE_API_KEY": "test-key",
+    }
     env["custom"].create_namespaced_custom_object(
         GROUP,
         VERSION,
@@ -256,7 +277,7 @@ def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
             (cond(get(env, "submissions", "empty"), "Accepted") or {}).get("reason") == "Grading"
         ),
     )
-    submit(env, "fix", "stampede", FIX.read_text())
+    submit(env, "fix", "stampede", FIX.read_text(), rca=RCA, agent_model=AGENT_MODEL)
     queued = wait_cond(env, "submissions", "fix", "Accepted")
     assert (queued["status"], queued["reason"]) == ("False", "Queued"), queued
     # while the empty patch is verified: killed from outside, and armed for the fix's CI
@@ -330,6 +351,18 @@ def test_graded_submissions(env: dict[str, Any], record_property: Any) -> None:
     dep = env["apps"].read_namespaced_deployment("catalog", NS)
     assert not dep.spec.template.spec.init_containers
     assert dep.spec.template.spec.containers[0].image == REGRESSED
+
+    # the diagnosis beside the verdict, from the judge, on the Submission with an RCA only
+    diagnosis = fix["diagnosis"]
+    assert diagnosis["judge_model"] == JUDGE_MODEL, diagnosis
+    assert diagnosis["root_cause_correct"] is True, diagnosis
+    assert diagnosis["score"] == 1.0, diagnosis
+    assert "diagnosis" not in empty
+    asked = chat_completions_double.requests
+    assert asked, "the operator never called the judge"
+    truth, rca = fenced_parts(asked[-1])
+    assert truth.strip() == SCENARIO.root_cause_path.read_text().strip()
+    assert rca.strip() == RCA.strip()
 
     # every phase, and every action's first write, was a crash point of this one run
     assert set(CRASHES) == EVERY_PHASE, set(CRASHES) ^ EVERY_PHASE
