@@ -16,6 +16,13 @@ from sreforge.api.verdict import Reason, Signal, SignalName, Verdict
 
 # A hole in the samples longer than this many sample intervals means "not observed".
 MAX_GAP_INTERVALS = 5.0
+# A behavioural failure observed while, on average, more than this share of the machine's
+# CPU went to work outside the run is not the fix's failure: Inconclusive. (A patch that
+# burns CPU burns it inside the run, which never counts; a pass under contention stands.)
+MAX_OUTSIDE_CPU = 0.5
+BEHAVIOURAL_FAILURES = frozenset(
+    {Reason.NOT_CLEARED, Reason.REFIRED, Reason.LOAD_NOT_DELIVERED, Reason.NEW_ALERTS}
+)
 
 
 class SampleState(StrEnum):
@@ -197,8 +204,38 @@ def never_fired(verify: VerifySpec, target_alert: str, waited_seconds: float) ->
     )
 
 
+def outside_cpu(samples: Sequence[AlertSample], since: float) -> float | None:
+    """Mean contention of the samples from `since` on that measured it, else None."""
+    seen = [s.contention for s in samples if s.t >= since and s.contention is not None]
+    return round(sum(seen) / len(seen), 4) if seen else None
+
+
 def evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
-    """Score a submission from its observations (DESIGN.md, the mitigation oracle v1)."""
+    """Score a submission from its observations (DESIGN.md, the mitigation oracle v1).
+
+    A behavioural failure under machine contention (`MAX_OUTSIDE_CPU`) is Inconclusive:
+    the signals stay as measured, the run is not passed, and the reason says why.
+    """
+    verdict = _evaluate(obs, verify)
+    if verdict.passed or verdict.reason not in BEHAVIOURAL_FAILURES or obs.redeployed_at is None:
+        return verdict
+    busy = outside_cpu(obs.samples, obs.redeployed_at)
+    if busy is None or busy <= MAX_OUTSIDE_CPU:
+        return verdict
+    return verdict.model_copy(
+        update={
+            "reason": Reason.INCONCLUSIVE,
+            "message": (
+                f"{verdict.reason.value} while the machine was busy with other work "
+                f"({busy:.0%} of its CPU outside this run on average, over "
+                f"{MAX_OUTSIDE_CPU:.0%}): not the fix's failure, rerun on a quieter machine"
+                f" [{verdict.message}]"
+            ),
+        }
+    )
+
+
+def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
     details: dict[SignalName, str] = {}
     ci_green = obs.ci.status is CIStatus.GREEN
     if not ci_green:

@@ -34,6 +34,9 @@ class AlertSample(_Model):
     target_series_present: bool = False
     service_up: bool = False
     load: LoadStats | None = None
+    # share of the machine's CPU, over the last sample interval, spent outside this run's
+    # own process tree (sreforge.runtime.contention); None where it is not measured
+    contention: float | None = Field(default=None, ge=0, le=1)
 
 
 class CIStatus(StrEnum):

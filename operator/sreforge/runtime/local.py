@@ -24,11 +24,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sreforge import loop
+from sreforge import loop, oracle
 from sreforge.api.observation import AlertSample, CIResult, CIStatus
 from sreforge.api.scenario import Scenario
 from sreforge.loop import Action, Phase, RunState
-from sreforge.runtime import ci, sandbox
+from sreforge.runtime import ci, contention, sandbox
 from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter
 from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_command
 from sreforge.runtime.prometheus import PrometheusServer
@@ -124,6 +124,7 @@ class LocalRun:
         self.loadgen: Managed | None = None
         self.loadgen_port = 0
         self.prom: PrometheusServer | None = None
+        self.cpu = contention.CpuMeter()  # CPU spent outside this run's process tree
         self.telemetry: Telemetry | None = None
         self.redis_url: str | None = None
         self.upstream_env: dict[str, str] = {}  # url_env -> base URL of each upstream
@@ -515,6 +516,7 @@ class LocalRun:
     # ----- the drive loop ----------------------------------------------------------
     def execute(self) -> dict[str, Any]:
         """Run the whole loop; returns the record (also written to record.json)."""
+        contention.become_subreaper()  # a process a patch daemonizes stays in the run's tree
         try:
             try:
                 self._setup()
@@ -573,12 +575,29 @@ class LocalRun:
                     continue
                 next_sample += interval
                 sample = self.telemetry.sample()
+                sample = sample.model_copy(update={"contention": self.cpu.sample()})
                 self._progress(sample)
                 actions.extend(loop.step(self.state, loop.Sampled(sample=sample)))
             else:
                 time.sleep(0.05)
 
     # ----- output ------------------------------------------------------------------
+    def _contention(self) -> dict[str, Any]:
+        """Machine CPU outside this run while the fix was verified (the oracle's guard)."""
+        st = self.state
+        seen = [
+            s.contention
+            for s in st.samples
+            if s.contention is not None and st.redeployed_at and s.t >= st.redeployed_at
+        ]
+        return {
+            "verifyOutsideCpuMean": oracle.outside_cpu(st.samples, st.redeployed_at)
+            if st.redeployed_at
+            else None,
+            "verifyOutsideCpuMax": max(seen) if seen else None,
+            "inconclusiveAbove": oracle.MAX_OUTSIDE_CPU,
+        }
+
     def _say(self, line: str) -> None:
         if self._live_shown:
             sys.stderr.write("\n")
@@ -702,6 +721,7 @@ class LocalRun:
                 "durationSeconds": round(ci_res.duration_seconds, 3),
             },
             "load": loadstats,
+            "contention": self._contention(),
             "control": getattr(self, "control", None),
             "fault": st.fault,
             "wallTimeSeconds": {k: round(v, 3) for k, v in wall.items()},
