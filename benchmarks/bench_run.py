@@ -59,6 +59,8 @@ def one_run(fix: str, sustain: int, runs: Path) -> dict[str, float]:
         "sustain": float(sustain),
         "restore": wall.get("restore", 0.0),
         "overhead": wall["total"] - inherent,
+        # share of the machine's CPU outside this run while the fix was verified
+        "outside_cpu": (record.get("contention") or {}).get("verifyOutsideCpuMean") or 0.0,
     }
 
 
@@ -86,20 +88,24 @@ def main() -> int:
         "restore",
         "overhead",
         "load_avg_1m",
+        "outside_cpu",
     ]
     out = [
         f"`python benchmarks/bench_run.py --fix {args.fix} --sustain {args.sustain}` "
         f"(seconds; overhead = total - fire wait - time to clear - sustained window; "
         f"load_avg_1m: the machine's 1-minute load average when the run ended, {os.cpu_count()} "
         "CPUs: setup includes the wait for 15 s of steady quiet on the healthy build, which "
-        "other work on the machine lengthens)",
+        "other work on the machine lengthens; outside_cpu: the share of the machine's CPU "
+        "spent outside the run while the fix was verified, the contention guard's measure)",
         "",
         "| run | passed | " + " | ".join(cols) + " |",
         "|---|---|" + "---|" * len(cols),
     ]
     for i, r in enumerate(rows):
         out.append(
-            f"| {i + 1} | {bool(r['passed'])} | " + " | ".join(f"{r[c]:.1f}" for c in cols) + " |"
+            f"| {i + 1} | {bool(r['passed'])} | "
+            + " | ".join(f"{r[c]:.2f}" if c == "outside_cpu" else f"{r[c]:.1f}" for c in cols)
+            + " |"
         )
     body = "\n".join(out)
     print(body)
