@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmd import write_section
+from benchmd import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADING = "## Full run"
@@ -107,10 +107,7 @@ def main() -> int:
             + " | ".join(f"{r[c]:.2f}" if c == "outside_cpu" else f"{r[c]:.1f}" for c in cols)
             + " |"
         )
-    body = "\n".join(out)
-    print(body)
-    if not args.no_write:
-        write_section(ROOT / "BENCHMARKS.md", HEADING, body)
+    publish(HEADING, out, write=not args.no_write)
     return 0
 
 

@@ -16,10 +16,14 @@ from sreforge.api.verdict import Reason, Signal, SignalName, Verdict
 
 # A hole in the samples longer than this many sample intervals means "not observed".
 MAX_GAP_INTERVALS = 5.0
-# A behavioural failure observed while, on average, more than this share of the machine's
-# CPU went to work outside the run is not the fix's failure: Inconclusive. (A patch that
-# burns CPU burns it inside the run, which never counts; a pass under contention stands.)
-MAX_OUTSIDE_CPU = 0.5
+# A behavioural failure observed while the run was starved by other work is not the fix's
+# failure: Inconclusive. Starved by other work means both, on average over the verification:
+# more than MIN_OUTSIDE_CPU of the machine's CPU went to work outside the run, and the run's
+# threads waited, runnable, more than MAX_CPU_WAIT seconds per second for a CPU. (A patch
+# that burns CPU burns it inside the run: it may starve itself, but outside stays low; a
+# pass under contention stands.)
+MIN_OUTSIDE_CPU = 0.25
+MAX_CPU_WAIT = 0.5
 BEHAVIOURAL_FAILURES = frozenset(
     {Reason.NOT_CLEARED, Reason.REFIRED, Reason.LOAD_NOT_DELIVERED, Reason.NEW_ALERTS}
 )
@@ -204,31 +208,45 @@ def never_fired(verify: VerifySpec, target_alert: str, waited_seconds: float) ->
     )
 
 
-def outside_cpu(samples: Sequence[AlertSample], since: float) -> float | None:
-    """Mean contention of the samples from `since` on that measured it, else None."""
-    seen = [s.contention for s in samples if s.t >= since and s.contention is not None]
-    return round(sum(seen) / len(seen), 4) if seen else None
+def contention(samples: Sequence[AlertSample], since: float) -> tuple[float, float] | None:
+    """(mean outside CPU share, mean CPU wait) of the samples from `since` that measured
+    them, else None."""
+    seen = [
+        (s.outside_cpu, s.cpu_wait)
+        for s in samples
+        if s.t >= since and s.outside_cpu is not None and s.cpu_wait is not None
+    ]
+    if not seen:
+        return None
+    return (
+        round(sum(o for o, _ in seen) / len(seen), 4),
+        round(sum(w for _, w in seen) / len(seen), 4),
+    )
 
 
 def evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
     """Score a submission from its observations (DESIGN.md, the mitigation oracle v1).
 
-    A behavioural failure under machine contention (`MAX_OUTSIDE_CPU`) is Inconclusive:
-    the signals stay as measured, the run is not passed, and the reason says why.
+    A behavioural failure while the run was starved by other work (MIN_OUTSIDE_CPU and
+    MAX_CPU_WAIT) is Inconclusive: the signals stay as measured, the run is not passed,
+    and the reason says why.
     """
     verdict = _evaluate(obs, verify)
     if verdict.passed or verdict.reason not in BEHAVIOURAL_FAILURES or obs.redeployed_at is None:
         return verdict
-    busy = outside_cpu(obs.samples, obs.redeployed_at)
-    if busy is None or busy <= MAX_OUTSIDE_CPU:
+    measured = contention(obs.samples, obs.redeployed_at)
+    if measured is None:
+        return verdict
+    outside, wait = measured
+    if outside <= MIN_OUTSIDE_CPU or wait <= MAX_CPU_WAIT:
         return verdict
     return verdict.model_copy(
         update={
             "reason": Reason.INCONCLUSIVE,
             "message": (
-                f"{verdict.reason.value} while the machine was busy with other work "
-                f"({busy:.0%} of its CPU outside this run on average, over "
-                f"{MAX_OUTSIDE_CPU:.0%}): not the fix's failure, rerun on a quieter machine"
+                f"{verdict.reason.value} while other work starved the run ({outside:.0%} of "
+                f"the machine's CPU outside it, its threads waiting {wait:.2f} s/s for a CPU, "
+                f"on average): not the fix's failure, rerun on a quieter machine"
                 f" [{verdict.message}]"
             ),
         }

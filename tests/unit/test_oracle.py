@@ -235,44 +235,57 @@ def test_weights_must_sum_to_one() -> None:
         Weights(ci_green=0.5)
 
 
-def _with_contention(samples: list[AlertSample], share: float) -> list[AlertSample]:
-    return [s.model_copy(update={"contention": share}) for s in samples]
+def _with_contention(
+    samples: list[AlertSample], outside: float, wait: float = 1.0
+) -> list[AlertSample]:
+    return [s.model_copy(update={"outside_cpu": outside, "cpu_wait": wait}) for s in samples]
 
 
-def test_a_failure_under_machine_contention_is_inconclusive_not_the_fixs() -> None:
+def test_a_failure_while_other_work_starves_the_run_is_inconclusive() -> None:
     never = [sample(t, {TARGET}) for t in range(0, 91)]
-    calm = oracle.evaluate(observe(_with_contention(never, 0.2)), VERIFY)
-    busy = oracle.evaluate(observe(_with_contention(never, 0.8)), VERIFY)
+    calm = oracle.evaluate(observe(_with_contention(never, 0.05, 0.05)), VERIFY)
+    busy = oracle.evaluate(observe(_with_contention(never, 0.45, 1.2)), VERIFY)
     assert calm.reason is Reason.NOT_CLEARED
     assert busy.reason is Reason.INCONCLUSIVE
     assert not busy.passed
-    assert "80% of its CPU outside this run" in busy.message
+    assert "45% of the machine's CPU outside it" in busy.message
+    assert "waiting 1.20 s/s" in busy.message
     assert "NotCleared" in busy.message
     # the signals stay as measured: nothing is credited for the excuse
     assert busy.signals == calm.signals
     assert busy.score == calm.score
 
 
-def test_a_refire_under_contention_is_inconclusive_and_at_the_bar_is_not() -> None:
+def test_starvation_needs_both_outside_work_and_waiting() -> None:
+    never = [sample(t, {TARGET}) for t in range(0, 91)]
+    # a patch that burns more CPUs than there are starves itself: outside stays low
+    self_starved = _with_contention(never, 0.02, 3.0)
+    assert oracle.evaluate(observe(self_starved), VERIFY).reason is Reason.NOT_CLEARED
+    # others busy, but the run got its CPU: its failure is its own
+    not_starved = _with_contention(never, 0.9, 0.1)
+    assert oracle.evaluate(observe(not_starved), VERIFY).reason is Reason.NOT_CLEARED
+
+
+def test_a_refire_under_contention_is_inconclusive_and_at_the_bars_is_not() -> None:
     refire = firing_until(5, 60, extra={20: {TARGET}})
     assert oracle.evaluate(observe(refire), VERIFY).reason is Reason.REFIRED
-    at_bar = _with_contention(refire, oracle.MAX_OUTSIDE_CPU)
-    assert oracle.evaluate(observe(at_bar), VERIFY).reason is Reason.REFIRED
-    over = _with_contention(refire, oracle.MAX_OUTSIDE_CPU + 0.01)
+    at_bars = _with_contention(refire, oracle.MIN_OUTSIDE_CPU, oracle.MAX_CPU_WAIT)
+    assert oracle.evaluate(observe(at_bars), VERIFY).reason is Reason.REFIRED
+    over = _with_contention(refire, oracle.MIN_OUTSIDE_CPU + 0.01, oracle.MAX_CPU_WAIT + 0.01)
     assert oracle.evaluate(observe(over), VERIFY).reason is Reason.INCONCLUSIVE
 
 
 def test_contention_never_turns_a_pass_or_a_red_ci_into_anything_else() -> None:
-    passing = _with_contention(firing_until(12, 12 + 31), 0.95)
+    passing = _with_contention(firing_until(12, 12 + 31), 0.95, 3.0)
     assert oracle.evaluate(observe(passing), VERIFY).reason is Reason.PASSED
     red = CIResult(status=CIStatus.RED, reason="tests failed")
     assert oracle.evaluate(observe(passing, ci=red), VERIFY).reason is Reason.CI_RED
-    unmeasured = [sample(t, {TARGET}) for t in range(0, 91)]  # the operator: no contention
+    unmeasured = [sample(t, {TARGET}) for t in range(0, 91)]  # the operator: not measured
     assert oracle.evaluate(observe(unmeasured), VERIFY).reason is Reason.NOT_CLEARED
 
 
 def test_only_the_verification_window_counts_towards_contention() -> None:
-    before = [sample(t, {TARGET}, contention=1.0) for t in range(-30, 0)]
-    never = [sample(t, {TARGET}, contention=0.1) for t in range(0, 91)]
-    assert oracle.outside_cpu(before + never, T0) == pytest.approx(0.1)
+    before = [sample(t, {TARGET}, outside_cpu=1.0, cpu_wait=5.0) for t in range(-30, 0)]
+    never = [sample(t, {TARGET}, outside_cpu=0.1, cpu_wait=0.1) for t in range(0, 91)]
+    assert oracle.contention(before + never, T0) == (pytest.approx(0.1), pytest.approx(0.1))
     assert oracle.evaluate(observe(before + never), VERIFY).reason is Reason.NOT_CLEARED

@@ -34,9 +34,11 @@ class AlertSample(_Model):
     target_series_present: bool = False
     service_up: bool = False
     load: LoadStats | None = None
-    # share of the machine's CPU, over the last sample interval, spent outside this run's
-    # own process tree (sreforge.runtime.contention); None where it is not measured
-    contention: float | None = Field(default=None, ge=0, le=1)
+    # over the last sample interval (sreforge.runtime.contention; None where not measured):
+    # the share of the machine's CPU spent outside this run's own process tree, and the
+    # seconds per second the run's threads waited, runnable, for a CPU
+    outside_cpu: float | None = Field(default=None, ge=0, le=1)
+    cpu_wait: float | None = Field(default=None, ge=0)
 
 
 class CIStatus(StrEnum):

@@ -7,11 +7,15 @@ must not call that the fix's failure. It must not let a fix excuse itself either
 patch that burns CPU burns it inside this run's own process tree, which counts as the
 run's own work, never as contention.
 
-`CpuMeter.sample()` returns the share of the whole machine's CPU time, since the last
-call, that was spent outside this run's process tree (the harness and every descendant:
-the service, its dependencies, the load generator, Prometheus) plus the time the
-hypervisor stole. The harness makes itself a child subreaper, so a process a patch
-double-forks away is re-parented to the harness and stays inside the tree.
+`CpuMeter.sample()` returns, since the last call, two figures. `outside`: the share of
+the whole machine's CPU time spent outside this run's process tree (the harness and
+every descendant: the service, its dependencies, the load generator, Prometheus), plus
+the time the hypervisor stole. `wait`: how long the tree's threads waited, runnable, for
+a CPU, per second (schedstat). Either alone misleads: a cheap fix leaves the CPU to
+others (outside high, nothing starved), and a patch that burns more CPUs than there are
+starves itself (wait high, outside none). Contention is both at once. The harness makes
+itself a child subreaper, so a process a patch double-forks away is re-parented to the
+harness and stays inside the tree.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -39,8 +45,12 @@ def machine_times(proc: Path = Path("/proc")) -> tuple[int, int]:
     return total, total - idle - iowait
 
 
-def tree_ticks(root: int, proc: Path = Path("/proc")) -> int:
-    """CPU ticks of `root` and every descendant, with the children each has reaped."""
+def tree(root: int, proc: Path = Path("/proc")) -> tuple[int, int]:
+    """(CPU ticks, run-queue wait in ns) of `root` and every descendant.
+
+    Ticks include the children each has reaped (stat(5) utime, stime, cutime, cstime);
+    the wait is the time each live thread spent runnable but not running (schedstat).
+    """
     parent: dict[int, int] = {}
     ticks: dict[int, int] = {}
     for entry in proc.iterdir():
@@ -64,30 +74,49 @@ def tree_ticks(root: int, proc: Path = Path("/proc")) -> int:
             if ppid in inside and pid not in inside:
                 inside.add(pid)
                 changed = True
-    return sum(ticks.get(pid, 0) for pid in inside)
+    wait = 0
+    for pid in inside:
+        with contextlib.suppress(OSError):
+            for task in (proc / str(pid) / "task").iterdir():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    wait += int((task / "schedstat").read_text().split()[1])
+    return sum(ticks.get(pid, 0) for pid in inside), wait
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """One interval: the machine's CPU share outside the run, and how starved the run was
+    (seconds its threads waited, runnable, for a CPU, per second; summed over threads)."""
+
+    outside: float
+    wait: float
 
 
 class CpuMeter:
-    """Outside-this-run CPU share between successive samples (None on the first)."""
+    """Contention between successive samples (None on the first)."""
 
     def __init__(self, root: int | None = None, proc: Path = Path("/proc")) -> None:
         self.root = os.getpid() if root is None else root
         self.proc = proc
-        self._last: tuple[int, int, int] | None = None
+        self._last: tuple[int, int, int, int, float] | None = None
 
-    def sample(self) -> float | None:
+    def sample(self) -> CpuSample | None:
         try:
             total, busy = machine_times(self.proc)
-            own = tree_ticks(self.root, self.proc)
+            own, wait = tree(self.root, self.proc)
         except (OSError, ValueError, IndexError):
             return None
-        last, self._last = self._last, (total, busy, own)
+        now = time.monotonic()
+        last, self._last = self._last, (total, busy, own, wait, now)
         if last is None:
             return None
-        d_total = total - last[0]
-        if d_total <= 0:
+        d_total, d_wall = total - last[0], now - last[4]
+        if d_total <= 0 or d_wall <= 0:
             return None
         # the ticks of a process that exited between samples and was reaped outside the
-        # tree go missing, so the difference is clamped to [0, 1]
+        # tree go missing, so the difference is clamped to [0, 1]; so can a thread's wait
         outside = (busy - last[1]) - (own - last[2])
-        return round(min(1.0, max(0.0, outside / d_total)), 4)
+        return CpuSample(
+            outside=round(min(1.0, max(0.0, outside / d_total)), 4),
+            wait=round(max(0.0, (wait - last[3]) / 1e9 / d_wall), 4),
+        )

@@ -575,7 +575,11 @@ class LocalRun:
                     continue
                 next_sample += interval
                 sample = self.telemetry.sample()
-                sample = sample.model_copy(update={"contention": self.cpu.sample()})
+                cpu = self.cpu.sample()
+                if cpu is not None:
+                    sample = sample.model_copy(
+                        update={"outside_cpu": cpu.outside, "cpu_wait": cpu.wait}
+                    )
                 self._progress(sample)
                 actions.extend(loop.step(self.state, loop.Sampled(sample=sample)))
             else:
@@ -583,19 +587,22 @@ class LocalRun:
 
     # ----- output ------------------------------------------------------------------
     def _contention(self) -> dict[str, Any]:
-        """Machine CPU outside this run while the fix was verified (the oracle's guard)."""
+        """Other work on the machine while the fix was verified (the oracle's guard)."""
         st = self.state
-        seen = [
-            s.contention
+        verifying = [
+            s
             for s in st.samples
-            if s.contention is not None and st.redeployed_at and s.t >= st.redeployed_at
+            if st.redeployed_at and s.t >= st.redeployed_at and s.outside_cpu is not None
         ]
+        measured = oracle.contention(verifying, 0.0)
         return {
-            "verifyOutsideCpuMean": oracle.outside_cpu(st.samples, st.redeployed_at)
-            if st.redeployed_at
-            else None,
-            "verifyOutsideCpuMax": max(seen) if seen else None,
-            "inconclusiveAbove": oracle.MAX_OUTSIDE_CPU,
+            "verifyOutsideCpuMean": measured[0] if measured else None,
+            "verifyCpuWaitMean": measured[1] if measured else None,
+            "verifyOutsideCpuMax": max((s.outside_cpu or 0.0 for s in verifying), default=None),
+            "inconclusiveAbove": {
+                "outsideCpu": oracle.MIN_OUTSIDE_CPU,
+                "cpuWait": oracle.MAX_CPU_WAIT,
+            },
         }
 
     def _say(self, line: str) -> None:
