@@ -4,7 +4,9 @@
 #
 # Builds: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 # (module k8s.io/kubernetes), etcd (go.etcd.io/etcd/server/v3, through a
-# generated wrapper module), kwok and helm.
+# generated wrapper module), kwok, helm, and prometheus + promtool (the version the
+# chart's bundled Prometheus runs, with Kubernetes service discovery, which Debian's
+# package is built without).
 #
 # Usage:
 #   hack/k8s-tools.sh [build]   build what is missing (default), link tools/bin
@@ -25,6 +27,7 @@
 # Layout under the cache root:
 #   kubernetes-<v>/bin/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
 #   etcd-<v>/bin/etcd   kwok-<v>/bin/kwok   helm-<v>/bin/helm
+#   prometheus-<v>/bin/{prometheus,promtool}
 #   kwok-<v>/share/kwok-stages.yaml   kwok's default Stage config (from its module)
 #   bin-<set>/          relative symlinks to all of the above (one per version set)
 #   .gomodcache/ .gocache/ src/   Go module cache, build cache, wrapper modules
@@ -35,6 +38,7 @@ K8S_VERSION=v1.37.2     # matches the Python client kubernetes 37.x
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
+PROMETHEUS_VERSION=v3.16.0 # = the chart's prometheus.image.tag
 # ---------------------------------------------------------------------------
 
 K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -45,13 +49,14 @@ JOBS="${SREFORGE_BUILD_JOBS:-2}"
 if ! [[ "$JOBS" =~ ^[0-9]+$ ]] || (( JOBS < 1 )); then JOBS=1; fi
 if (( JOBS > 2 )); then JOBS=2; fi
 
-SET_ID="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+SET_ID="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_prometheus-${PROMETHEUS_VERSION}"
 SET_BIN="$TOOLS_DIR/bin-$SET_ID"
 
 K8S_DIR="$TOOLS_DIR/kubernetes-$K8S_VERSION"
 ETCD_DIR="$TOOLS_DIR/etcd-$ETCD_VERSION"
 KWOK_DIR="$TOOLS_DIR/kwok-$KWOK_VERSION"
 HELM_DIR="$TOOLS_DIR/helm-$HELM_VERSION"
+PROMETHEUS_DIR="$TOOLS_DIR/prometheus-$PROMETHEUS_VERSION"
 
 # name -> path of the real binary, relative to $TOOLS_DIR
 declare -A BIN_PATH=(
@@ -62,9 +67,11 @@ declare -A BIN_PATH=(
   [etcd]="etcd-$ETCD_VERSION/bin/etcd"
   [kwok]="kwok-$KWOK_VERSION/bin/kwok"
   [helm]="helm-$HELM_VERSION/bin/helm"
+  [prometheus]="prometheus-$PROMETHEUS_VERSION/bin/prometheus"
+  [promtool]="prometheus-$PROMETHEUS_VERSION/bin/promtool"
   [kwok-stages.yaml]="kwok-$KWOK_VERSION/share/kwok-stages.yaml"
 )
-ALL_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm)
+ALL_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm prometheus promtool)
 # kwok's default stages (the set kwokctl uses), installed from the kwok module:
 # the kwok binary itself starts no simulation without a Stage config.
 KWOK_STAGE_FILES=(node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml
@@ -301,6 +308,24 @@ build_helm() {
   go_install_to "$HELM_DIR" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "$ld"
 }
 
+# ---------------------------------------------------------- prometheus
+# Prometheus 3.X.Y is published as the Go module version v0.(300+X).Y; no replace
+# directives, so `go install` works. The web UI's assets are not embedded (they need
+# npm); the HTTP API, which is all the tests use, is complete.
+build_prometheus() {
+  local v=${PROMETHEUS_VERSION#v} major minor patch mod b
+  major=${v%%.*}; minor=${v#*.}; minor=${minor%%.*}; patch=${v##*.}
+  (( major == 3 )) || die "PROMETHEUS_VERSION must be 3.x (its module is v0.3NN.P), not $PROMETHEUS_VERSION"
+  mod="v0.$(( 300 + minor )).$patch"
+  local ld="-X github.com/prometheus/common/version.Version=$v"
+  ld+=" -X github.com/prometheus/common/version.Branch=release-$major.$minor"
+  ld+=" -X github.com/prometheus/common/version.Revision=module-$mod"
+  for b in prometheus promtool; do
+    have_bin "$b" && continue
+    go_install_to "$PROMETHEUS_DIR" "$b" "github.com/prometheus/prometheus/cmd/$b@$mod" "$ld"
+  done
+}
+
 # ------------------------------------------------------------- linking
 link_set() {
   mkdir -p "$SET_BIN"
@@ -355,6 +380,7 @@ cmd_build() {
     build_etcd
     build_kwok
     build_helm
+    build_prometheus
     build_kubernetes
     log "all built"
   fi
@@ -386,7 +412,7 @@ cmd_check() {
 }
 
 cmd_versions() {
-  printf 'kubernetes %s\netcd %s\nkwok %s\nhelm %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION"
+  printf 'kubernetes %s\netcd %s\nkwok %s\nhelm %s\nprometheus %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROMETHEUS_VERSION"
 }
 
 cmd_prune() {

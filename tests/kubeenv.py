@@ -170,7 +170,8 @@ class ControlPlane:
     Attributes once started: ``kubeconfig`` (Path of an admin kubeconfig),
     ``server`` (https URL), ``token`` (admin bearer token), ``ca_file`` (the CA
     of the apiserver's self-signed serving certificate),
-    ``node_name`` (the fake Node kwok manages), ``timings`` (seconds from
+    ``node_name`` (the fake Node kwok manages; ``pod_cidr`` the range its pods' IPs
+    come from, kwok's 10.0.0.0/24 unless set), ``timings`` (seconds from
     start() to etcd healthy, apiserver /readyz ok, all components healthy and
     the Node Ready).
     """
@@ -184,6 +185,7 @@ class ControlPlane:
         *,
         node_name: str = "kwok-node-0",
         kwok: bool = True,
+        pod_cidr: str | None = None,
         start_timeout: float = 180.0,
         stop_timeout: float = 15.0,
     ) -> None:
@@ -191,6 +193,7 @@ class ControlPlane:
         self.work_dir = Path(work_dir)
         self.node_name = node_name
         self.kwok = kwok
+        self.pod_cidr = pod_cidr
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.token = secrets.token_hex(24)
@@ -504,6 +507,7 @@ class ControlPlane:
                 # of tests/standin) is left to them
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 f"--server-address=127.0.0.1:{self._ports['kwok']}",
+                *([f"--cidr={self.pod_cidr}"] if self.pod_cidr else []),
             ],
             env={**os.environ, "HOME": str(home)},
         )

@@ -8,9 +8,9 @@
 #
 # Steps: create the kind cluster; build the operator image (Dockerfile) and the
 # catalog's healthy and regressed images (substrate/catalog/Dockerfile, the regressed
-# one with SREFORGE_PATCH=<scenario>/regression.patch) and `kind load` them; install a
-# Prometheus that scrapes pods by their prometheus.io/* annotations (job = pod label
-# `app`) with the scenario's rules; install the chart; deploy the healthy catalog
+# one with SREFORGE_PATCH=<scenario>/regression.patch) and `kind load` them; install the
+# chart with its bundled Prometheus (prometheus.enabled: scrapes pods by their
+# prometheus.io/* annotations, job = pod label `app`) and the scenario's rules; deploy the healthy catalog
 # (Deployment + Service) in the demo namespace; apply scenarios/<scenario>/incident.yaml;
 # wait for AwaitingSubmission; `sreforge submit` the reference fix; wait for the
 # verdict and print it. Exit 0 when the Submission passed, 1 when it did not, 2 on error.
@@ -20,7 +20,7 @@
 #   FIX               the patch to submit (scenarios/$SCENARIO/fixes/restore-simplecache.patch)
 #   KIND_CLUSTER      cluster name (sreforge-e2e); reused when it exists
 #   KEEP_CLUSTER=1    do not delete the cluster at the end
-#   PROMETHEUS_IMAGE  (prom/prometheus:v2.53.0)
+#   PROMETHEUS_IMAGE  repository:tag of the bundled Prometheus (the chart's default)
 #   SREFORGE          the sreforge CLI (sreforge, else .venv/bin/sreforge)
 #   TIMEOUT_SECONDS   for the alert to fire and, separately, for the verdict (1200)
 set -euo pipefail
@@ -31,7 +31,7 @@ SCENARIO_DIR="$ROOT/scenarios/$SCENARIO"
 FIX=${FIX:-$SCENARIO_DIR/fixes/restore-simplecache.patch}
 CLUSTER=${KIND_CLUSTER:-sreforge-e2e}
 KEEP_CLUSTER=${KEEP_CLUSTER:-0}
-PROMETHEUS_IMAGE=${PROMETHEUS_IMAGE:-prom/prometheus:v2.53.0}
+PROMETHEUS_IMAGE=${PROMETHEUS_IMAGE:-}
 TIMEOUT_SECONDS=${TIMEOUT_SECONDS:-1200}
 SYSTEM_NS=sreforge-system
 DEMO_NS=sreforge-demo
@@ -122,134 +122,19 @@ docker build -t "$REGRESSED_IMAGE" -f "$ROOT/substrate/catalog/Dockerfile" \
 log "loading the images into the kind nodes"
 kind load docker-image --name "$CLUSTER" "$OPERATOR_IMAGE" "$HEALTHY_IMAGE" "$REGRESSED_IMAGE"
 
-# ------------------------------------------------------------------ Prometheus
-log "installing Prometheus ($PROMETHEUS_IMAGE) with the rules of $SCENARIO"
-kubectl create namespace "$SYSTEM_NS" --dry-run=client -o yaml | kubectl apply -f -
-cat >"$WORK/prometheus.yml" <<'EOF'
-global:
-  scrape_interval: 1s
-  scrape_timeout: 900ms
-  evaluation_interval: 1s
-rule_files:
-  - /etc/prometheus/rules/rules.yml
-scrape_configs:
-  # pods that ask for it (prometheus.io/scrape, port, path), labelled like the
-  # pod stand-in's file_sd targets: job = the pod's `app` label, namespace, pod
-  - job_name: kubernetes-pods
-    kubernetes_sd_configs:
-      - role: pod
-    relabel_configs:
-      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
-        action: keep
-        regex: "true"
-      - source_labels: [__meta_kubernetes_pod_phase]
-        action: drop
-        regex: Succeeded|Failed
-      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_path]
-        action: replace
-        regex: (.+)
-        target_label: __metrics_path__
-      - source_labels: [__address__, __meta_kubernetes_pod_annotation_prometheus_io_port]
-        action: replace
-        regex: ([^:]+)(?::\d+)?;(\d+)
-        replacement: $1:$2
-        target_label: __address__
-      - source_labels: [__meta_kubernetes_pod_label_app]
-        action: replace
-        regex: (.+)
-        target_label: job
-      - source_labels: [__meta_kubernetes_namespace]
-        target_label: namespace
-      - source_labels: [__meta_kubernetes_pod_name]
-        target_label: pod
-EOF
-kubectl -n "$SYSTEM_NS" create configmap prometheus-config \
-  --from-file=prometheus.yml="$WORK/prometheus.yml" --dry-run=client -o yaml | kubectl apply -f -
-kubectl -n "$SYSTEM_NS" create configmap prometheus-rules \
-  --from-file=rules.yml="$SCENARIO_DIR/rules.yml" --dry-run=client -o yaml | kubectl apply -f -
-kubectl apply -f - <<EOF
-apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: prometheus
-  namespace: $SYSTEM_NS
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: sreforge-e2e-prometheus
-rules:
-  - apiGroups: [""]
-    resources: [pods]
-    verbs: [get, list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: sreforge-e2e-prometheus
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: sreforge-e2e-prometheus
-subjects:
-  - kind: ServiceAccount
-    name: prometheus
-    namespace: $SYSTEM_NS
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: prometheus
-  namespace: $SYSTEM_NS
-  labels: {app: prometheus}
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: prometheus}
-  template:
-    metadata:
-      labels: {app: prometheus}
-    spec:
-      serviceAccountName: prometheus
-      containers:
-        - name: prometheus
-          image: $PROMETHEUS_IMAGE
-          args:
-            - --config.file=/etc/prometheus/prometheus.yml
-            - --storage.tsdb.path=/prometheus
-            - --storage.tsdb.retention.time=1d
-            - --web.listen-address=0.0.0.0:9090
-          ports:
-            - {name: http, containerPort: 9090}
-          readinessProbe:
-            httpGet: {path: /-/ready, port: http}
-            periodSeconds: 2
-          volumeMounts:
-            - {name: config, mountPath: /etc/prometheus}
-            - {name: rules, mountPath: /etc/prometheus/rules}
-            - {name: data, mountPath: /prometheus}
-      volumes:
-        - name: config
-          configMap: {name: prometheus-config}
-        - name: rules
-          configMap: {name: prometheus-rules}
-        - name: data
-          emptyDir: {}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: prometheus
-  namespace: $SYSTEM_NS
-spec:
-  selector: {app: prometheus}
-  ports:
-    - {name: http, port: 9090, targetPort: http}
-EOF
-
 # ------------------------------------------------------------------ operator
-log "installing the sreforge chart"
+log "installing the sreforge chart with its bundled Prometheus (the rules of $SCENARIO)"
+PROMETHEUS_ARGS=()
+if [[ -n $PROMETHEUS_IMAGE ]]; then
+  PROMETHEUS_ARGS=(--set "prometheus.image.repository=${PROMETHEUS_IMAGE%:*}"
+    --set "prometheus.image.tag=${PROMETHEUS_IMAGE##*:}")
+fi
+kubectl create namespace "$SYSTEM_NS" --dry-run=client -o yaml | kubectl apply -f -
 cat >"$WORK/values.yaml" <<EOF
+prometheus:
+  enabled: true
+  # its Service; PROMETHEUS_URL (the one incident.yaml names) points at it
+  serviceName: prometheus
 image:
   repository: ${OPERATOR_IMAGE%:*}
   tag: ${OPERATOR_IMAGE##*:}
@@ -264,8 +149,11 @@ agent:
   namespace: $DEMO_NS
 EOF
 kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f -
+# the rules from the scenario directory itself (the chart bundles copies of the
+# catalogue's, prometheus.scenario; this also serves a scenario added since)
 helm upgrade --install sreforge "$ROOT/charts/sreforge" -n "$SYSTEM_NS" \
-  -f "$WORK/values.yaml" --wait --timeout 5m
+  -f "$WORK/values.yaml" --set-file "prometheus.rules=$SCENARIO_DIR/rules.yml" "${PROMETHEUS_ARGS[@]}" \
+  --wait --timeout 5m
 
 # ------------------------------------------------------------------ the target service
 log "deploying the healthy catalog in $DEMO_NS"
@@ -310,7 +198,7 @@ spec:
   ports:
     - {name: http, port: 8080, targetPort: http}
 EOF
-kubectl -n "$SYSTEM_NS" rollout status deployment/prometheus --timeout=5m
+kubectl -n "$SYSTEM_NS" rollout status deployment/sreforge-prometheus --timeout=5m
 kubectl -n "$DEMO_NS" rollout status deployment/catalog --timeout=5m
 
 # ------------------------------------------------------------------ the Incident

@@ -60,7 +60,7 @@ SAMPLE_NAMES = (SERIES - HISTOGRAMS) | {
 
 
 class Echo:
-    def __init__(self, tmp: Path, name: str) -> None:
+    def __init__(self, tmp: Path, name: str, *, lie: bool = False) -> None:
         port_file = tmp / f"{name}.port"
         self.proc = subprocess.Popen(
             [
@@ -71,6 +71,7 @@ class Echo:
                 str(port_file),
                 "--max-seconds",
                 "180",
+                *(["--lie"] if lie else []),
             ],
             env=ENV,
             stdin=subprocess.DEVNULL,
@@ -472,3 +473,90 @@ def test_stop_ends_the_run_promptly_and_counts_interrupted(echo: Echo) -> None:
     assert summary["interrupted"] == summary["started"] >= 20
     assert gen.in_flight == 0
     assert gen.finished
+
+
+# ---- known answers ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def liar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Echo]:
+    """A target whose /item/{id} has the right status and id and a made-up body."""
+    e = Echo(tmp_path_factory.mktemp("liar"), "liar", lie=True)
+    try:
+        yield e
+    finally:
+        e.stop()
+
+
+def _switch_to(other: Echo, after: float) -> Action:
+    async def switch(gen: LoadGenerator, _control: str) -> float:
+        # elapsed() is 0 until the schedule starts, i.e. while answers are learned
+        while gen.elapsed() <= 0 or gen.elapsed() < after:  # noqa: ASYNC110 (polls a clock)
+            await asyncio.sleep(0.02)
+        gen.set_target(other.url)
+        return gen.elapsed()
+
+    return switch
+
+
+@pytest.mark.parametrize("known_answers", [0, 40])
+def test_known_answers_catch_a_service_that_makes_bodies_up(
+    echo: Echo, liar: Echo, known_answers: int
+) -> None:
+    """Learned from the truthful target; then the target becomes one that answers with
+    the right status and id and a made-up body (a service faking it under load). Without
+    known answers every such response counts as a success: the gap they close."""
+    profile = LoadProfile(
+        rate=100,
+        duration_seconds=3,
+        path="/item/{id}",
+        id_range=(1, 40),
+        expect_json_id=True,
+        known_answers=known_answers,
+    )
+    before = liar.count()
+    gen, summary, switched_at = drive(profile, echo.url, _switch_to(liar, 1.0))
+    served_by_liar = liar.count() - before
+    assert served_by_liar >= 150  # ~200: two of the three seconds went to the liar
+    outcomes = summary["outcomes"]
+    assert outcomes["http_error"] == outcomes["timeout"] == outcomes["connect_error"] == 0
+    assert summary["known_answers"] == len(gen.known) == known_answers
+    if known_answers == 0:
+        assert outcomes["success"] == summary["completed"]
+        assert outcomes["invalid"] == 0
+    else:
+        assert sorted(gen.known) == list(range(1, 41))  # the whole range
+        assert gen.known[7] == {"id": 7, "name": "item 7"}
+        assert outcomes["invalid"] == served_by_liar  # every made-up answer, no more
+        assert outcomes["success"] == summary["completed"] - served_by_liar
+    assert switched_at == pytest.approx(1.0, abs=0.2)
+
+
+def test_known_answers_spread_over_a_larger_range(echo: Echo, liar: Echo) -> None:
+    profile = LoadProfile(
+        rate=100, duration_seconds=3, path="/item/{id}", id_range=(1, 1000), known_answers=100
+    )
+    assert profile.known_ids() == list(range(1, 1001, 10))
+    # without expect_json_id the known answers are still checked (the body, not just an id)
+    _, summary, _ = drive(profile, echo.url, _switch_to(liar, 0.1))
+    assert summary["known_answers"] == 100
+    assert summary["outcomes"]["http_error"] == 0
+    share = summary["outcomes"]["invalid"] / summary["completed"]
+    assert 0.03 < share < 0.2, summary["outcomes"]  # 10% of the ids are known
+    assert summary["outcomes"]["invalid"] + summary["outcomes"]["success"] == summary["completed"]
+
+
+def test_unlearnable_answers_leave_the_load_running(echo: Echo) -> None:
+    """A target that answers nothing right while learning: nothing is known, learning
+    ends (retries bounded), and the load runs as scheduled, judged by status and id."""
+    profile = LoadProfile(
+        rate=50, duration_seconds=2, path="/error/{id}", id_range=(1, 16), known_answers=16
+    )
+    gen, summary, _ = drive(profile, echo.url)
+    assert gen.known == {}
+    assert summary["known_answers"] == 0
+    assert 0.4 < summary["learn_seconds"] < 10  # 16 ids x 3 attempts, 8 at a time
+    assert summary["scheduled"] == 100
+    assert summary["outcomes"]["http_error"] == summary["completed"]
+    fams = families(_metrics_text(gen))
+    assert sample(fams, "sreforge_load_known_answers") == 0

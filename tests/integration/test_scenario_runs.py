@@ -114,3 +114,26 @@ def test_agent_command_edits_the_workspace_and_its_diff_is_graded(tmp_path: Path
     assert "rca.txt" not in (run_dir / "submission.patch").read_text()
     assert (run_dir / "rca.txt").read_text().startswith("The product cache")
     assert not (run_dir / "diagnosis.json").exists()  # no judge configured: best-effort
+
+
+def test_known_answers_fail_a_brownout_that_answers_fast_with_other_pages(tmp_path: Path) -> None:
+    """A decoy that, under load, serves product pages without their reviews: fast, the
+    right status and id, and the service's own tests (one request at a time) pass. It
+    passed the oracle, score 0.98, before the load checked known answers; the healthy
+    build's answers, learned before the injection, make each such page an invalid
+    response, so the load is not delivered."""
+    run = sreforge_run(
+        tmp_path,
+        STAMPEDE,
+        "--fix",
+        str(STAMPEDE / "decoys" / "brownout-without-reviews.patch"),
+        "--sustain-seconds",
+        SUSTAIN,
+    )
+    record = run.record
+    assert run.code == 1, run.output
+    assert record["signals"]["ci_green"]["value"] is True  # the tests cannot see it
+    assert record["reason"] in {"LoadNotDelivered", "NewAlerts", "NotCleared"}, run.output
+    generator = record["load"]["generator"]
+    assert generator["known_answers"] == 300  # the whole id range, from the healthy build
+    assert generator["outcomes"]["invalid"] > 0.05 * generator["completed"], generator

@@ -484,7 +484,7 @@ class StandIn:
             yield {
                 "targets": [f"127.0.0.1:{local}"],
                 "labels": {
-                    # as tests/e2e/kind.sh's kubernetes_sd relabelling: no `app` label, the job name
+                    # as the chart's Prometheus relabels pods: no `app` label, the job name
                     "job": r.labels.get("app", SCRAPE_JOB),
                     "namespace": r.namespace,
                     "pod": r.pod_name,

@@ -68,20 +68,39 @@ profiles = st.builds(
     ),
     expect_status=st.integers(100, 599),
     expect_json_id=st.booleans(),
+    known_answers=st.integers(0, 50),
 )
 
 _K6_HTTP_STUB = """\
 globalThis.__ENV = JSON.parse(process.env.STUB_ENV || '{}');
 export const calls = [];
+function answer(url) {
+  const mode = process.env.STUB_MODE;
+  const status = Number(process.env.STUB_STATUS);
+  if (mode === 'item' || mode === 'liar') {
+    // /item/{id}: the truth while learning (setup); when run, the same document with
+    // its keys in another order ('item') or a made-up one ('liar')
+    const id = Number(url.split('/item/')[1]);
+    const truth = { id, name: `item ${id}` };
+    if (globalThis.__PHASE === 'setup') return { status, body: JSON.stringify(truth) };
+    const name = mode === 'liar' ? 'anything' : `item ${id}`;
+    return { status, body: JSON.stringify({ name, id }) };
+  }
+  const id = Number(process.env.STUB_ID ?? 0);
+  if (mode === 'notjson') return { status, body: 'oops' };
+  if (mode === 'wrong') return { status, body: JSON.stringify({ id: id + 1 }) };
+  return { status, body: JSON.stringify({ id }) };
+}
 export default {
   request(method, url, body, params) {
     calls.push({ method, url, body, params });
-    const mode = process.env.STUB_MODE;
-    const id = Number(process.env.STUB_ID ?? 0);
-    const status = Number(process.env.STUB_STATUS);
-    if (mode === 'notjson') return { status, body: 'oops' };
-    if (mode === 'wrong') return { status, body: JSON.stringify({ id: id + 1 }) };
-    return { status, body: JSON.stringify({ id }) };
+    return answer(url);
+  },
+  batch(requests) {
+    return requests.map(([method, url, body, params]) => {
+      calls.push({ method, url, body, params });
+      return answer(url);
+    });
   },
 };
 """
@@ -95,12 +114,16 @@ export function check(res, checks) {
 }
 """
 _DRIVER = """\
-import run, { options } from './script.mjs';
+import run, { options, setup } from './script.mjs';
 import { calls } from './k6_http.mjs';
 import { results } from './k6.mjs';
 Math.random = () => Number(process.env.STUB_RANDOM);
-run();
-console.log(JSON.stringify({ options, calls, results }));
+globalThis.__PHASE = 'setup';
+const data = setup();
+const learning = calls.splice(0, calls.length);
+globalThis.__PHASE = 'run';
+run(data);
+console.log(JSON.stringify({ options, learning, data, calls, results }));
 """
 
 
@@ -154,7 +177,9 @@ def _node_run(
         },
     )
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    *logged, last = proc.stdout.strip().splitlines()  # setup() logs what it learned
+    assert any(line.startswith("learned ") for line in logged), proc.stdout
+    return json.loads(last)
 
 
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: f"rate{p.rate}")
@@ -241,6 +266,50 @@ def test_post_body_env_override_and_no_id_check(tmp_path: Path) -> None:
     assert call["url"] == "http://override:9/orders/3"
     assert json.loads(call["body"]) == {"id": 3}
     assert out["results"] == [{"status is 201": True}]  # no body check without expect_json_id
+
+
+@needs_node
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [("item", True), ("liar", False)],
+)
+def test_known_answers_are_learned_in_setup_and_checked(
+    mode: str, expected: bool, tmp_path: Path
+) -> None:
+    profile = LoadProfile(
+        rate=10, path="/item/{id}", id_range=(1, 100), expect_json_id=True, known_answers=20
+    )
+    script = render_k6_script(profile, "http://svc:8080")
+    assert _options_literal(script)["discardResponseBodies"] is False
+    # Math.random() = 0.55 -> id 56: known (the known ids are 1, 6, 11, ..., 96)
+    out = _node_run(script, tmp_path, random=0.55, status=200, mode=mode, ident=0)
+    assert sorted(int(c["url"].rsplit("/", 1)[1]) for c in out["learning"]) == list(
+        range(1, 101, 5)
+    )
+    assert all(c["params"]["tags"] == {"name": "learn"} for c in out["learning"])
+    assert out["data"]["known"]["56"] == '{"id":56,"name":"item 56"}'
+    [call] = out["calls"]
+    assert call["url"] == "http://svc:8080/item/56"
+    assert out["results"] == [
+        {"status is 200": True, "body id matches": True, "matches the known answer": expected}
+    ]
+    # an id without a known answer is judged by status and id alone
+    out = _node_run(script, tmp_path, random=0.0, status=200, mode="liar", ident=0)
+    assert out["calls"][0]["url"] == "http://svc:8080/item/1"
+    assert out["results"][0]["matches the known answer"] is False  # 1 is known
+    out = _node_run(script, tmp_path, random=0.02, status=200, mode="liar", ident=0)
+    assert out["calls"][0]["url"] == "http://svc:8080/item/3"
+    assert out["results"][0]["matches the known answer"] is True  # 3 is not
+
+
+@needs_node
+def test_unlearnable_answers_leave_nothing_known(tmp_path: Path) -> None:
+    profile = LoadProfile(rate=10, path="/item/{id}", id_range=(1, 4), known_answers=4)
+    script = render_k6_script(profile, "http://svc:8080")
+    out = _node_run(script, tmp_path, random=0.0, status=503, mode="item", ident=0)
+    assert len(out["learning"]) == 4 * 3  # every id, three attempts
+    assert out["data"] == {"known": {}}
+    assert out["results"] == [{"status is 200": False, "matches the known answer": True}]
 
 
 def test_ids_beyond_js_safe_integers_are_refused() -> None:

@@ -30,3 +30,52 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "sreforge.agentNamespace" -}}
 {{- default .Release.Namespace .Values.agent.namespace -}}
 {{- end -}}
+
+{{/*
+The bundled Prometheus' configuration. Scrape and evaluation every second, as the
+local harness runs it (the scenarios' rule windows assume it). Rule files are relative
+to the configuration file. Pods opt in with the prometheus.io/* annotations and are
+labelled like the local harness' targets: job = the pod's `app` label, namespace, pod.
+*/}}
+{{- define "sreforge.prometheusConfig" -}}
+global:
+  scrape_interval: 1s
+  scrape_timeout: 900ms
+  evaluation_interval: 1s
+rule_files:
+  - rules/*.yml
+scrape_configs:
+  - job_name: kubernetes-pods
+    kubernetes_sd_configs:
+      - role: pod
+        {{- with .Values.prometheus.namespaces }}
+        namespaces:
+          names:
+            {{- toYaml . | nindent 12 }}
+        {{- end }}
+    relabel_configs:
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
+        action: keep
+        regex: "true"
+      # a finished Job's pod is not a target that went down
+      - source_labels: [__meta_kubernetes_pod_phase]
+        action: drop
+        regex: Succeeded|Failed
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_path]
+        action: replace
+        regex: (.+)
+        target_label: __metrics_path__
+      - source_labels: [__address__, __meta_kubernetes_pod_annotation_prometheus_io_port]
+        action: replace
+        regex: ([^:]+)(?::\d+)?;(\d+)
+        replacement: $1:$2
+        target_label: __address__
+      - source_labels: [__meta_kubernetes_pod_label_app]
+        action: replace
+        regex: (.+)
+        target_label: job
+      - source_labels: [__meta_kubernetes_namespace]
+        target_label: namespace
+      - source_labels: [__meta_kubernetes_pod_name]
+        target_label: pod
+{{- end -}}

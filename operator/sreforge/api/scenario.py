@@ -52,6 +52,12 @@ class VerifySpec(_Model):
     weights: Weights = Weights()
 
 
+#: How known answers are learned, by the built-in generator and the k6 script alike:
+#: this many requests at a time, each id asked at most this many times.
+KNOWN_ANSWER_PARALLEL = 8
+KNOWN_ANSWER_ATTEMPTS = 3
+
+
 class LoadProfile(_Model):
     """An open-model, constant-arrival-rate load (k6 `constant-arrival-rate` semantics)."""
 
@@ -64,6 +70,20 @@ class LoadProfile(_Model):
     id_range: tuple[int, int] = (1, 1)
     expect_status: Annotated[int, Field(ge=100, le=599)] = 200
     expect_json_id: bool = False
+    # Known answers: before the first iteration the generator asks for this many ids
+    # (spread evenly over id_range) and keeps each expected answer; afterwards a 200 for
+    # one of those ids whose JSON is not the same document is `invalid`. A service that
+    # fabricates answers under load (right status, right id, made-up body) fails them.
+    known_answers: Annotated[int, Field(ge=0, le=2000)] = 0
+
+    def known_ids(self) -> list[int]:
+        """The ids whose answers are learned: all of id_range, or known_answers of them
+        spread evenly over it."""
+        lo, hi = self.id_range
+        size, k = hi - lo + 1, self.known_answers
+        if k >= size:
+            return list(range(lo, hi + 1))
+        return [lo + (i * size) // k for i in range(k)]
 
     @model_validator(mode="after")
     def _range_ordered(self) -> LoadProfile:

@@ -7,6 +7,8 @@ Routes (``{id}`` an integer):
 * ``/sleep/{ms}/{id}``: the same after ``ms`` milliseconds (asyncio.sleep)
 * ``/wrong/{id}``: 200 ``{"id": id + 1}``
 * ``/error/{id}``: 500
+* ``/item/{id}``: 200 ``{"id": id, "name": "item <id>"}``; with ``--lie`` (``lie=True``)
+  a made-up ``{"id": id, "name": "anything"}``: right status, right id, wrong body
 * ``/_count``: ``{"requests": N}``, the requests served by the routes above
 * ``/healthz``: 200
 
@@ -28,16 +30,18 @@ from aiohttp import web
 
 _COUNT: web.AppKey[list[int]] = web.AppKey("count", list)
 _SLOW: web.AppKey[float] = web.AppKey("slow", float)
+_LIE: web.AppKey[bool] = web.AppKey("lie", bool)
 
 
 def _echo(ident: int) -> web.Response:
     return web.Response(body=b'{"id": %d}' % ident, content_type="application/json")
 
 
-def build_echo_app(slow_ms: float = 300.0) -> web.Application:
+def build_echo_app(slow_ms: float = 300.0, *, lie: bool = False) -> web.Application:
     app = web.Application()
     app[_COUNT] = [0]
     app[_SLOW] = slow_ms / 1000.0
+    app[_LIE] = lie
 
     def ident(request: web.Request) -> int:
         request.app[_COUNT][0] += 1
@@ -62,6 +66,11 @@ def build_echo_app(slow_ms: float = 300.0) -> web.Application:
     async def wrong(request: web.Request) -> web.Response:
         return _echo(ident(request) + 1)
 
+    async def item(request: web.Request) -> web.Response:
+        i = ident(request)
+        name = "anything" if request.app[_LIE] else f"item {i}"
+        return web.json_response({"id": i, "name": name})
+
     async def error(request: web.Request) -> web.Response:
         ident(request)
         return web.Response(status=500, text="injected failure")
@@ -74,7 +83,14 @@ def build_echo_app(slow_ms: float = 300.0) -> web.Application:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    for prefix, handler in (("/fast", fast), ("/slow", slow), ("/wrong", wrong), ("/error", error)):
+    routes = (
+        ("/fast", fast),
+        ("/slow", slow),
+        ("/wrong", wrong),
+        ("/error", error),
+        ("/item", item),
+    )
+    for prefix, handler in routes:
         app.router.add_route("*", prefix + "/{id}", handler)
     app.router.add_route("*", "/sleep/{ms:\\d{1,6}}/{id}", sleep)
     app.router.add_get("/_count", count)
@@ -83,11 +99,14 @@ def build_echo_app(slow_ms: float = 300.0) -> web.Application:
 
 
 async def start_echo(
-    host: str = "127.0.0.1", port: int = 0, slow_ms: float = 300.0
+    host: str = "127.0.0.1", port: int = 0, slow_ms: float = 300.0, *, lie: bool = False
 ) -> tuple[web.AppRunner, int]:
     """Start the echo service in the running loop; returns (runner, bound port)."""
     runner = web.AppRunner(
-        build_echo_app(slow_ms), access_log=None, handle_signals=False, shutdown_timeout=0.5
+        build_echo_app(slow_ms, lie=lie),
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=0.5,
     )
     await runner.setup()
     await web.TCPSite(runner, host, port, reuse_address=True).start()
@@ -96,7 +115,7 @@ async def start_echo(
 
 async def _amain(args: argparse.Namespace) -> int:
     host, _, port = args.listen.rpartition(":")
-    runner, bound = await start_echo(host or "127.0.0.1", int(port), args.slow_ms)
+    runner, bound = await start_echo(host or "127.0.0.1", int(port), args.slow_ms, lie=args.lie)
     if args.port_file is not None:
         tmp = args.port_file.with_name(f".{args.port_file.name}.tmp")
         tmp.write_text(f"{bound}\n", encoding="ascii")
@@ -117,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port-file", type=Path)
     p.add_argument("--slow-ms", type=float, default=300.0)
     p.add_argument("--max-seconds", type=float, default=600.0)
+    p.add_argument("--lie", action="store_true", help="/item/{id} answers made-up bodies")
     return asyncio.run(_amain(p.parse_args(argv)))
 
 

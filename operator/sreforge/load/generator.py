@@ -10,6 +10,14 @@ lateness is measured; catch-up is bounded: an iteration more than 1 s late is dr
 One shared ``aiohttp.ClientSession`` (keep-alive, a ``TCPConnector`` sized to
 ``max_in_flight``) carries every request. The target can be switched while running
 (:meth:`LoadGenerator.set_target`); requests in flight to the old target complete.
+
+Known answers (``profile.known_answers``): before the schedule starts, the generator asks
+the target for that many ids, spread evenly over ``id_range`` (``LoadProfile.known_ids``;
+8 at a time, each up to 3 times, within ``LEARN_SECONDS``), and keeps each answer with
+the expected status (and, with ``expect_json_id``, its own id) as parsed JSON. From then
+on a response for a known id that is not the same JSON document is ``invalid``. Locally
+the answers come from the healthy build; a service that fabricates bodies under load
+(the status and id right, the rest made up) is caught on every known id it is asked for.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from sreforge.api.scenario import LoadProfile
+from sreforge.api.scenario import KNOWN_ANSWER_ATTEMPTS, KNOWN_ANSWER_PARALLEL, LoadProfile
 from sreforge.load.metrics import OUTCOMES, LoadMetrics, Outcome
 
 log = logging.getLogger(__name__)
@@ -43,6 +51,8 @@ _SLICES = round(WINDOW_SECONDS / _SLICE)
 _SLICE_LAG_SAMPLES = 256  # lag reservoir per slice: 2,560 samples/s at most
 _RUN_LAG_SAMPLES = 20_000  # lag reservoir for the whole run
 USER_AGENT = "sreforge-load"
+#: Known answers: the time budget of learning them.
+LEARN_SECONDS = 20.0
 _YIELD_EVERY = 256  # start at most this many iterations before yielding to the loop
 # Characters that need no quoting in a path and query; such a path skips re-quoting.
 _PLAIN_PATH = re.compile(r"^[A-Za-z0-9\-._~/!$&'()*+,;=:@%?{}]*$")
@@ -189,6 +199,8 @@ class LoadGenerator:
         self.in_flight = 0
         self.outcomes: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
         self.target_switches = 0
+        self.known: dict[int, Any] = {}  # id -> the expected JSON document
+        self.learn_seconds = 0.0
 
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
@@ -277,6 +289,8 @@ class LoadGenerator:
             headers={"User-Agent": USER_AGENT},
         )
         try:
+            if p.known_answers and not self._stopping:
+                await self._learn(loop, session)
             self._t0 = loop.time()
             self._window.reset(self._t0)
             if not self._stopping:
@@ -294,6 +308,56 @@ class LoadGenerator:
             if self._t_end is None:
                 self._t_end = loop.time()
         return self.summary()
+
+    async def _learn(self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession) -> None:
+        """Ask for the known ids and keep their expected answers (see the module doc)."""
+        started = loop.time()
+        deadline = started + LEARN_SECONDS
+        gate = asyncio.Semaphore(KNOWN_ANSWER_PARALLEL)
+        p = self.profile
+
+        async def one(ident: int) -> None:
+            async with gate:
+                for _attempt in range(KNOWN_ANSWER_ATTEMPTS):
+                    if self._stopping or loop.time() >= deadline:
+                        return
+                    kwargs: dict[str, Any] = {"json": {"id": ident}} if p.method == "POST" else {}
+                    try:
+                        async with session.request(p.method, self._url(ident), **kwargs) as resp:
+                            body = await resp.read()
+                            if resp.status == p.expect_status:
+                                doc = _json_doc(body)
+                                if doc is not _NOT_JSON and (
+                                    not p.expect_json_id or _doc_id_matches(doc, ident)
+                                ):
+                                    self.known[ident] = doc
+                                    return
+                    except (TimeoutError, aiohttp.ClientError, OSError):
+                        pass
+                    await asyncio.sleep(0.2)
+
+        tasks = [loop.create_task(one(i)) for i in p.known_ids()]
+        try:
+            await asyncio.wait(tasks, timeout=LEARN_SECONDS + 1.0)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.learn_seconds = loop.time() - started
+        self.metrics.known_answers.set(len(self.known))
+        log.info(
+            "learned %d of %d known answers in %.1fs",
+            len(self.known),
+            p.known_answers,
+            self.learn_seconds,
+        )
+        if len(self.known) < p.known_answers:
+            log.warning(
+                "only %d of %d known answers could be learned from %s",
+                len(self.known),
+                p.known_answers,
+                self._target,
+            )
 
     async def _schedule(
         self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession
@@ -400,7 +464,7 @@ class LoadGenerator:
                     body = await resp.read()
                     if resp.status != p.expect_status:
                         outcome = "http_error"
-                    elif p.expect_json_id and not _json_id_matches(body, ident):
+                    elif not self._valid(body, ident):
                         outcome = "invalid"
                     else:
                         outcome = "success"
@@ -427,6 +491,16 @@ class LoadGenerator:
         finally:
             self.in_flight -= 1
             self.metrics.in_flight.dec()
+
+    def _valid(self, body: bytes, ident: int) -> bool:
+        """A response with the expected status: its own id, and the known answer if any."""
+        want = self.known.get(ident, _NOT_JSON) if self.known else _NOT_JSON
+        if not self.profile.expect_json_id and want is _NOT_JSON:
+            return True
+        doc = _json_doc(body)
+        if self.profile.expect_json_id and not _doc_id_matches(doc, ident):
+            return False
+        return want is _NOT_JSON or doc == want
 
     async def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
         """Let in-flight requests finish: up to their timeout at the end, a grace on stop()."""
@@ -472,6 +546,7 @@ class LoadGenerator:
             "in_flight": self.in_flight,
             "outcomes": dict(self.outcomes),
             "target_switches": self.target_switches,
+            "known_answers": len(self.known),
             "achieved_rate_total": (self.started / elapsed) if elapsed > 0 else 0.0,
             "achieved_rate_10s": recent["achieved_rate"] if recent else 0.0,
             "lag_p50_10s": recent["lag_p50"] if recent else None,
@@ -494,6 +569,8 @@ class LoadGenerator:
             "dropped_late": self.dropped_late,
             "interrupted": self.interrupted,
             "outcomes": dict(self.outcomes),
+            "known_answers": len(self.known),
+            "learn_seconds": round(self.learn_seconds, 3),
             "achieved_rate": (self.started / elapsed) if elapsed > 0 else 0.0,
             "lag_p50": _percentile(lags, 0.50),
             "lag_p99": _percentile(lags, 0.99),
@@ -506,11 +583,17 @@ def _resolve(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-def _json_id_matches(body: bytes, ident: int) -> bool:
+_NOT_JSON: Any = object()  # no document (unparseable body, or no known answer)
+
+
+def _json_doc(body: bytes) -> Any:
     try:
-        doc = json.loads(body)
+        return json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return False
+        return _NOT_JSON
+
+
+def _doc_id_matches(doc: Any, ident: int) -> bool:
     if not isinstance(doc, dict):
         return False
     got = doc.get("id")

@@ -18,7 +18,7 @@ import json
 import math
 from typing import Any
 
-from sreforge.api.scenario import LoadProfile
+from sreforge.api.scenario import KNOWN_ANSWER_ATTEMPTS, KNOWN_ANSWER_PARALLEL, LoadProfile
 
 K6_IMAGE = "grafana/k6:0.54.0"
 K6_UID = 12345  # the `k6` user of the grafana/k6 image
@@ -45,7 +45,9 @@ def k6_options(profile: LoadProfile) -> dict[str, Any]:
     """The ``options`` object of the script (maxVUs = max_in_flight: a VU does one
     request at a time, so k6 drops an iteration exactly when max_in_flight are busy)."""
     return {
-        "discardResponseBodies": not profile.expect_json_id,
+        "discardResponseBodies": not (profile.expect_json_id or profile.known_answers),
+        # known answers are learned in setup(): K requests, LEARN_PARALLEL at a time
+        "setupTimeout": "60s",
         "scenarios": {
             "incident": {
                 "executor": "constant-arrival-rate",
@@ -81,7 +83,20 @@ def render_k6_script(profile: LoadProfile, target_url: str) -> str:
             "      }\n"
             "    },"
         )
+    if profile.known_answers:
+        checks.append(
+            "    'matches the known answer': (r) => {\n"
+            "      const want = data.known[String(id)];\n"
+            "      if (want === undefined) return true;\n"
+            "      try {\n"
+            "        return canonical(JSON.parse(r.body)) === want;\n"
+            "      } catch (e) {\n"
+            "        return false;\n"
+            "      }\n"
+            "    },"
+        )
     check_lines = "\n".join(checks)
+    known_ids = profile.known_ids() if profile.known_answers else []
     options = json.dumps(k6_options(profile), indent=2)
     return f"""\
 // Rendered by sreforge.load.k6 from a LoadProfile; do not edit by hand.
@@ -95,18 +110,70 @@ const ID_LOW = {lo};
 const ID_HIGH = {hi};
 const EXPECT_STATUS = {profile.expect_status};
 const TIMEOUT = {_js(f"{profile.timeout_ms}ms")};
+const EXPECT_JSON_ID = {_js(profile.expect_json_id)};
+const KNOWN_IDS = {_js(known_ids)};
+const PARALLEL = {KNOWN_ANSWER_PARALLEL};
+const ATTEMPTS = {KNOWN_ANSWER_ATTEMPTS};
 
 export const options = {options};
 
-export default function () {{
-  const id = ID_LOW + Math.floor(Math.random() * (ID_HIGH - ID_LOW + 1));
-  const url = TARGET + PATH.split('{{id}}').join(String(id));
-  const body = METHOD === 'POST' ? JSON.stringify({{ id: id }}) : null;
-  const params = {{ timeout: TIMEOUT, tags: {{ name: PATH }} }};
-  if (body !== null) {{
+function urlOf(id) {{
+  return TARGET + PATH.split('{{id}}').join(String(id));
+}}
+
+function bodyOf(id) {{
+  return METHOD === 'POST' ? JSON.stringify({{ id: id }}) : null;
+}}
+
+function paramsOf(tag) {{
+  const params = {{ timeout: TIMEOUT, tags: {{ name: tag }} }};
+  if (METHOD === 'POST') {{
     params.headers = {{ 'Content-Type': 'application/json' }};
   }}
-  const res = http.request(METHOD, url, body, params);
+  return params;
+}}
+
+// JSON with object keys sorted: equal documents, equal strings
+function canonical(value) {{
+  if (Array.isArray(value)) return '[' + value.map(canonical).join(',') + ']';
+  if (value !== null && typeof value === 'object') {{
+    return '{{' + Object.keys(value).sort()
+      .map((k) => JSON.stringify(k) + ':' + canonical(value[k])).join(',') + '}}';
+  }}
+  return JSON.stringify(value);
+}}
+
+// Known answers (LoadProfile.known_answers), as the built-in generator learns them:
+// before the load, each known id is asked up to ATTEMPTS times, PARALLEL at a time; an
+// answer with the expected status (and its own id) is kept.
+export function setup() {{
+  const known = {{}};
+  for (let attempt = 0; attempt < ATTEMPTS; attempt++) {{
+    const todo = KNOWN_IDS.filter((id) => !(String(id) in known));
+    for (let i = 0; i < todo.length; i += PARALLEL) {{
+      const ids = todo.slice(i, i + PARALLEL);
+      const batch = ids.map((id) => [METHOD, urlOf(id), bodyOf(id), paramsOf('learn')]);
+      const answers = http.batch(batch);
+      answers.forEach((r, j) => {{
+        if (r.status !== EXPECT_STATUS) return;
+        try {{
+          const doc = JSON.parse(r.body);
+          const own = doc !== null && typeof doc === 'object' && doc.id === ids[j];
+          if (EXPECT_JSON_ID && !own) return;
+          known[String(ids[j])] = canonical(doc);
+        }} catch (e) {{
+          // not JSON: not an answer to learn
+        }}
+      }});
+    }}
+  }}
+  console.log(`learned ${{Object.keys(known).length}} of ${{KNOWN_IDS.length}} known answers`);
+  return {{ known: known }};
+}}
+
+export default function (data) {{
+  const id = ID_LOW + Math.floor(Math.random() * (ID_HIGH - ID_LOW + 1));
+  const res = http.request(METHOD, urlOf(id), bodyOf(id), paramsOf(PATH));
   check(res, {{
 {check_lines}
   }});

@@ -26,6 +26,7 @@ DROPPED_ITERATIONS_TOTAL: Final = "sreforge_load_dropped_iterations_total"
 IN_FLIGHT: Final = "sreforge_load_in_flight"
 TARGET_RATE: Final = "sreforge_load_target_rate"
 SCHEDULING_LAG_SECONDS: Final = "sreforge_load_scheduling_lag_seconds"
+KNOWN_ANSWERS: Final = "sreforge_load_known_answers"
 
 DURATION_BUCKETS: Final = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75,
@@ -72,6 +73,11 @@ class LoadMetrics:
         )
         self.in_flight = Gauge(IN_FLIGHT, "Load requests in flight.", registry=r)
         self.target_rate = Gauge(TARGET_RATE, "Target arrival rate (requests/s).", registry=r)
+        self.known_answers = Gauge(
+            KNOWN_ANSWERS,
+            "Ids whose answers were learned before the load and are checked.",
+            registry=r,
+        )
         self.scheduling_lag = Histogram(
             SCHEDULING_LAG_SECONDS,
             "How late a started iteration began after its due time.",

@@ -13,9 +13,13 @@ from tests.kubeenv import BUILD_COMMAND, ControlPlane, find_tools_bin
 
 
 @pytest.fixture(scope="module")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+def control_plane(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """A module's control plane; a module's ``POD_CIDR`` sets the fake pods' IP range."""
     bin_dir = find_tools_bin()
     if bin_dir is None:
         pytest.skip(f"control-plane binaries are not built; build them with: {BUILD_COMMAND}")
-    with ControlPlane(bin_dir, tmp_path_factory.mktemp("kube")) as cp:
+    pod_cidr = getattr(request.module, "POD_CIDR", None)
+    with ControlPlane(bin_dir, tmp_path_factory.mktemp("kube"), pod_cidr=pod_cidr) as cp:
         yield cp

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
-from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, wait_for
+from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin, wait_for
 
 from sreforge.api.resources import (
     API_VERSION,
@@ -25,6 +26,7 @@ from sreforge.api.resources import (
     IncidentStatus,
     VerdictSummary,
 )
+from sreforge.runtime.process import Managed, free_port
 
 pytestmark = pytest.mark.kube
 
@@ -33,6 +35,9 @@ NS = "sreforge-install"
 EXAMPLES = REPO_ROOT / "manifests" / "examples"
 CHART = REPO_ROOT / "charts" / "sreforge"
 HELM_AGENT_NS = "sreforge-helm-agents"
+# the fake pods' IPs are on the loopback, so the bundled Prometheus' scrapes of them
+# (test_bundled_prometheus_discovers_pods_...) never leave this machine
+POD_CIDR = "127.1.0.0/24"
 
 
 @pytest.fixture(scope="module")
@@ -507,3 +512,299 @@ def test_agent_role_grants_submissions_and_nothing_else(
         "auth", "can-i", "create", "submissions", "-n", NS, f"--as={who}", check=False
     )
     assert other.stdout.strip() == "no"
+
+
+# ---------------------------------------------------------------- bundled Prometheus
+PROM_NS = "sreforge-helm-prom"
+SCENARIOS = sorted(p.parent.name for p in (REPO_ROOT / "scenarios").glob("*/rules.yml"))
+
+
+def _prometheus_docs(helm: Any, *args: str) -> list[dict[str, Any]]:
+    """The chart rendered with prometheus.enabled, only the Prometheus' objects."""
+    res = helm(
+        "template",
+        "sreforge",
+        str(CHART),
+        "-n",
+        PROM_NS,
+        "--set",
+        "prometheus.enabled=true",
+        "--show-only",
+        "templates/prometheus.yaml",
+        *args,
+    )
+    assert res.returncode == 0, res.stderr
+    return [d for d in yaml.safe_load_all(res.stdout) if d]
+
+
+def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (doc,) = [d for d in docs if d["kind"] == kind]
+    return doc
+
+
+def test_helm_lint_strict_with_bundled_prometheus(helm: Any) -> None:
+    res = helm("lint", "--strict", str(CHART), "--set", "prometheus.enabled=true")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_bundled_prometheus_is_accepted_by_the_server(crds: ControlPlane, helm: Any) -> None:
+    crds.kubectl("create", "namespace", PROM_NS)
+    docs = _prometheus_docs(helm)
+    assert sorted(d["kind"] for d in docs) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+    ]
+    # the address incident.yaml's spec.prometheusURL names (in its namespace)
+    service = _one(docs, "Service")
+    assert service["metadata"]["name"] == "prometheus"
+    assert service["spec"]["ports"][0]["port"] == 9090
+    assert _one(docs, "ClusterRole")["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    manifest = yaml.safe_dump_all(docs)
+    out = _dry_run(crds, manifest)
+    assert "deployment.apps/sreforge-prometheus serverside-applied (server dry run)" in out, out
+    assert "service/prometheus serverside-applied (server dry run)" in out, out
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_bundled_prometheus_loads_the_scenarios_own_rules(helm: Any, scenario: str) -> None:
+    docs = _prometheus_docs(helm, "--set", f"prometheus.scenario={scenario}")
+    config_map = _one(docs, "ConfigMap")
+    rules_file = REPO_ROOT / "scenarios" / scenario / "rules.yml"
+    assert config_map["data"]["rules.yml"] == rules_file.read_text()
+    config = yaml.safe_load(config_map["data"]["prometheus.yml"])
+    assert config["rule_files"] == ["rules/*.yml"]  # relative to the mounted config file
+    volume = next(
+        v
+        for v in _one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "config"
+    )
+    assert {"key": "rules.yml", "path": "rules/rules.yml"} in volume["configMap"]["items"]
+    # a changed rule set rolls the pod
+    other = next(s for s in SCENARIOS if s != scenario)
+    again = _prometheus_docs(helm, "--set", f"prometheus.scenario={other}")
+    annotations = [
+        d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        for d in (_one(docs, "Deployment"), _one(again, "Deployment"))
+    ]
+    assert annotations[0] != annotations[1]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario_rules_hold_in_the_prometheus_the_chart_ships(scenario: str) -> None:
+    """The rule unit tests of tests/unit/test_scenario.py run with Debian's promtool (2.x,
+    as local runs use); a cluster runs the chart's image, so they must hold there too."""
+    bin_dir = find_tools_bin()
+    if bin_dir is None or not os.access(bin_dir / "promtool", os.X_OK):
+        pytest.skip(f"promtool is not built; build it with: {BUILD_COMMAND}")
+    version = subprocess.run(
+        [str(bin_dir / "promtool"), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert f"version {values['prometheus']['image']['tag'].lstrip('v')} " in version, version
+    res = subprocess.run(
+        [str(bin_dir / "promtool"), "test", "rules", "rules_test.yml"],
+        cwd=REPO_ROOT / "scenarios" / scenario,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_bundled_prometheus_refuses_a_scenario_it_has_no_rules_for(
+    helm: Any, tmp_path: Any
+) -> None:
+    res = helm(
+        "template",
+        "x",
+        str(CHART),
+        "--set",
+        "prometheus.enabled=true",
+        "--set",
+        "prometheus.scenario=no-such-scenario",
+    )
+    assert res.returncode != 0
+    assert 'prometheus.scenario "no-such-scenario" has no bundled rules' in res.stderr, res.stderr
+    assert "latency-cache-stampede" in res.stderr  # it lists what it has
+    assert "--set-file prometheus.rules=PATH" in res.stderr
+    # ... and rules given verbatim serve a scenario the chart does not bundle
+    custom = tmp_path / "rules.yml"
+    custom.write_text("groups: []\n")
+    docs = _prometheus_docs(
+        helm,
+        "--set",
+        "prometheus.scenario=no-such-scenario",
+        "--set-file",
+        f"prometheus.rules={custom}",
+    )
+    assert _one(docs, "ConfigMap")["data"]["rules.yml"] == "groups: []\n"
+
+
+SD_NS = "sreforge-prom-sd"
+
+
+def _pod(name: str, app: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": app}, "annotations": annotations},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/none:1"}]},
+    }
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())["data"]
+
+
+def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
+    crds: ControlPlane, helm: Any, tmp_path: Any
+) -> None:
+    """The chart's scrape config, run by the Prometheus version the chart ships.
+
+    Debian's prometheus has no Kubernetes discovery, so this is the Go-built one of
+    hack/k8s-tools.sh. In a cluster it finds pods through its ServiceAccount; here
+    the only change to the rendered config is a kubeconfig for the test API server.
+    The rules select ``job="loadgen"``: targets must be labelled as the local harness
+    and the pod stand-in label theirs (job = the pod's ``app``, namespace, pod).
+    """
+    prometheus, promtool = crds.bin_dir / "prometheus", crds.bin_dir / "promtool"
+    if not (os.access(prometheus, os.X_OK) and os.access(promtool, os.X_OK)):
+        pytest.skip(f"prometheus is not built; build it with: {BUILD_COMMAND}")
+    docs = _prometheus_docs(helm, "--set", f"prometheus.namespaces={{{SD_NS}}}")
+    data = _one(docs, "ConfigMap")["data"]
+    config = yaml.safe_load(data["prometheus.yml"])
+    (job,) = config["scrape_configs"]
+    (sd,) = job["kubernetes_sd_configs"]
+    assert sd["namespaces"] == {"names": [SD_NS]}
+    sd["kubeconfig_file"] = str(crds.kubeconfig)
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "rules.yml").write_text(data["rules.yml"])
+    config_file = tmp_path / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(config))
+    check = subprocess.run(
+        [str(promtool), "check", "config", str(config_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    crds.kubectl("create", "namespace", SD_NS)
+    scraped = {"prometheus.io/scrape": "true"}
+    pods = {
+        "loadgen-0": _pod(
+            "loadgen-0",
+            "loadgen",
+            {**scraped, "prometheus.io/port": "9102", "prometheus.io/path": "/stats"},
+        ),
+        "catalog-0": _pod("catalog-0", "catalog", {**scraped, "prometheus.io/port": "8080"}),
+        "quiet-0": _pod("quiet-0", "quiet", {}),
+        "opted-out-0": _pod(
+            "opted-out-0", "opted-out", {"prometheus.io/scrape": "false", "prometheus.io/port": "1"}
+        ),
+    }
+    for body in pods.values():
+        crds.kubectl("apply", "-n", SD_NS, "-f", "-", input_text=json.dumps(body))
+    # the same annotations outside prometheus.namespaces: never discovered
+    crds.kubectl("apply", "-n", NS, "-f", "-", input_text=json.dumps(pods["catalog-0"]))
+    # a finished Job's pod is no target (kwok's stages complete Job pods)
+    finished = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "finished"},
+        "spec": {
+            "template": {
+                "metadata": {
+                    "labels": {"app": "loadgen"},
+                    "annotations": {**scraped, "prometheus.io/port": "9102"},
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "example.invalid/none:1"}],
+                },
+            }
+        },
+    }
+    crds.kubectl("apply", "-n", SD_NS, "-f", "-", input_text=json.dumps(finished))
+
+    def ips() -> dict[str, str] | None:
+        out = crds.kubectl("get", "pods", "-n", SD_NS, "-o", "json").stdout
+        got = {
+            p["metadata"]["name"]: p["status"].get("podIP", "") for p in json.loads(out)["items"]
+        }
+        return got if all(got.get(n) for n in pods) else None
+
+    pod_ips: dict[str, str] = wait_for("the pods to get IPs", ips)
+    assert all(ip.startswith("127.1.0.") for ip in pod_ips.values()), pod_ips
+    wait_for(
+        "the Job to complete",
+        lambda: (
+            crds.kubectl(
+                "get", "job", "finished", "-n", SD_NS, "-o", "jsonpath={.status.succeeded}"
+            ).stdout
+            == "1"
+        ),
+    )
+
+    port = free_port()
+    server = Managed(
+        "prometheus (chart config)",
+        [
+            str(prometheus),
+            f"--config.file={config_file}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        log_path=tmp_path / "prometheus.log",
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        server.wait_http(f"{url}/-/ready", 60)
+
+        def active() -> dict[str, dict[str, Any]] | None:
+            targets = _get_json(f"{url}/api/v1/targets?state=active")["activeTargets"]
+            got = {t["labels"].get("pod", ""): t for t in targets}
+            return got if set(got) == {"loadgen-0", "catalog-0"} else None
+
+        targets: dict[str, dict[str, Any]] = wait_for("the two annotated pods as targets", active)
+        for name, app, port_, path in (
+            ("loadgen-0", "loadgen", "9102", "/stats"),
+            ("catalog-0", "catalog", "8080", "/metrics"),
+        ):
+            target = targets[name]
+            assert target["labels"]["job"] == app, target
+            assert target["labels"]["namespace"] == SD_NS, target
+            assert target["scrapeUrl"] == f"http://{pod_ips[name]}:{port_}{path}", target
+        dropped = _get_json(f"{url}/api/v1/targets?state=dropped")["droppedTargets"]
+        dropped_pods = {t["discoveredLabels"].get("__meta_kubernetes_pod_name") for t in dropped}
+        assert {"quiet-0", "opted-out-0"} <= dropped_pods, dropped_pods
+        assert any(p and p.startswith("finished-") for p in dropped_pods), dropped_pods
+        namespaces = {t["discoveredLabels"].get("__meta_kubernetes_namespace") for t in dropped} | {
+            t["labels"]["namespace"] for t in targets.values()
+        }
+        assert namespaces == {SD_NS}, namespaces
+
+        groups = _get_json(f"{url}/api/v1/rules")["groups"]
+        loaded = sorted(r["name"] for g in groups for r in g["rules"])
+        rules = yaml.safe_load(
+            (REPO_ROOT / "scenarios" / "latency-cache-stampede" / "rules.yml").read_text()
+        )
+        assert loaded == sorted(r["alert"] for g in rules["groups"] for r in g["rules"])
+    finally:
+        server.stop()

@@ -1,0 +1,23 @@
+"""The chart's bundled Prometheus loads the scenarios' own alert rules, not a drifted copy.
+
+Helm reads only files inside the chart, so charts/sreforge/files/rules/<scenario>.yml is a
+copy of scenarios/<scenario>/rules.yml: one per scenario, byte-identical.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BUNDLED = REPO / "charts" / "sreforge" / "files" / "rules"
+
+
+def test_every_scenario_has_its_rules_bundled_in_the_chart() -> None:
+    scenarios = {p.parent.name: p for p in (REPO / "scenarios").glob("*/rules.yml")}
+    bundled = {p.stem: p for p in BUNDLED.glob("*.yml")}
+    assert len(scenarios) >= 6
+    assert sorted(bundled) == sorted(scenarios), "bundle = one file per scenario, no strays"
+    for name, source in scenarios.items():
+        assert bundled[name].read_bytes() == source.read_bytes(), (
+            f"{bundled[name]} differs from {source}; copy it: cp {source} {bundled[name]}"
+        )
