@@ -321,9 +321,8 @@ class LoadGenerator:
                 for _attempt in range(KNOWN_ANSWER_ATTEMPTS):
                     if self._stopping or loop.time() >= deadline:
                         return
-                    kwargs: dict[str, Any] = {"json": {"id": ident}} if p.method == "POST" else {}
                     try:
-                        async with session.request(p.method, self._url(ident), **kwargs) as resp:
+                        async with self._send(session, ident) as resp:
                             body = await resp.read()
                             if resp.status == p.expect_status:
                                 doc = _json_doc(body)
@@ -457,10 +456,7 @@ class LoadGenerator:
         t = loop.time()
         try:
             try:
-                kwargs: dict[str, Any] = {}
-                if p.method == "POST":
-                    kwargs["json"] = {"id": ident}
-                async with session.request(p.method, self._url(ident), **kwargs) as resp:
+                async with self._send(session, ident) as resp:
                     body = await resp.read()
                     if resp.status != p.expect_status:
                         outcome = "http_error"
@@ -492,9 +488,15 @@ class LoadGenerator:
             self.in_flight -= 1
             self.metrics.in_flight.dec()
 
+    def _send(self, session: aiohttp.ClientSession, ident: int) -> Any:
+        """The request for id ``ident`` (a POST carries ``{"id": ident}``), to ``async with``."""
+        p = self.profile
+        kwargs: dict[str, Any] = {"json": {"id": ident}} if p.method == "POST" else {}
+        return session.request(p.method, self._url(ident), **kwargs)
+
     def _valid(self, body: bytes, ident: int) -> bool:
         """A response with the expected status: its own id, and the known answer if any."""
-        want = self.known.get(ident, _NOT_JSON) if self.known else _NOT_JSON
+        want = self.known.get(ident, _NOT_JSON)
         if not self.profile.expect_json_id and want is _NOT_JSON:
             return True
         doc = _json_doc(body)

@@ -46,7 +46,7 @@ def k6_options(profile: LoadProfile) -> dict[str, Any]:
     request at a time, so k6 drops an iteration exactly when max_in_flight are busy)."""
     return {
         "discardResponseBodies": not (profile.expect_json_id or profile.known_answers),
-        # known answers are learned in setup(): K requests, LEARN_PARALLEL at a time
+        # known answers are learned in setup(): K requests, KNOWN_ANSWER_PARALLEL at a time
         "setupTimeout": "60s",
         "scenarios": {
             "incident": {
