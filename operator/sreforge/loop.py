@@ -30,6 +30,19 @@ class Phase(StrEnum):
     DONE = "Done"
 
 
+# The phases in which the driver's clock samples the firing set (the timeline is recorded
+# from the injection until the verdict).
+SAMPLED_PHASES = frozenset(
+    {
+        Phase.AWAITING_FIRE,
+        Phase.AWAITING_SUBMISSION,
+        Phase.CI,
+        Phase.DEPLOYING,
+        Phase.VERIFYING,
+    }
+)
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -37,6 +50,13 @@ class _Frozen(BaseModel):
 # Events: what the driver observed.
 class Start(_Frozen):
     kind: Literal["start"] = "start"
+    t: float
+
+
+class Resumed(_Frozen):
+    """The driver restarted with a persisted state: redo what the phase was waiting on."""
+
+    kind: Literal["resumed"] = "resumed"
     t: float
 
 
@@ -87,6 +107,7 @@ class Fault(_Frozen):
 
 Event = Annotated[
     Start
+    | Resumed
     | Injected
     | Sampled
     | Submitted
@@ -108,7 +129,24 @@ class Action(StrEnum):
     DEPLOY = "deploy"  # roll out the patched build
     RECORD = "record"  # persist the verdict
     RESTORE = "restore"  # put the baseline (regressed) build back, stop what the run started
+    REOPEN = "reopen"  # a failed Submission was graded: the incident waits for the next one
     FINISH = "finish"
+
+
+# What each phase waits on: the actions to redo when a driver resumes a persisted state
+# (every action is idempotent, so redoing one that had finished is safe).
+RESUME_ACTIONS: dict[Phase, list[Action]] = {
+    Phase.INJECTING: [Action.INJECT],
+    Phase.AWAITING_FIRE: [Action.SAMPLE],
+    Phase.AWAITING_SUBMISSION: [Action.HAND_OFF],  # the hand-off may not have been written
+    Phase.CI: [Action.RUN_CI],
+    Phase.DEPLOYING: [Action.DEPLOY],
+    Phase.VERIFYING: [Action.SAMPLE],
+    Phase.RESTORING: [Action.RECORD, Action.RESTORE],
+    Phase.DONE: [Action.FINISH],
+}
+# Results of background actions: one that arrives after a fault ended the run is stale.
+_JOB_RESULTS = (Injected, Submitted, CIFinished, Deployed, DeployFailed)
 
 
 class RunState(BaseModel):
@@ -119,6 +157,12 @@ class RunState(BaseModel):
     run_id: str
     target_alert: str
     verify: VerifySpec
+    # A failed, graded Submission reopens the incident for the next one instead of ending
+    # the run (the operator grades many Submissions against one Incident).
+    regrade: bool = False
+    # Samples kept while waiting for a Submission (None: all; the operator persists the
+    # state in CR status, which must stay small however long the agent takes).
+    waiting_samples_kept: int | None = None
     phase: Phase = Phase.PENDING
     started_at: float | None = None
     injected_at: float | None = None
@@ -185,6 +229,8 @@ def step(state: RunState, event: Event) -> list[Action]:
     """
     if isinstance(event, Fault):
         state.fault = event.reason
+        if state.started_at is None:
+            state.started_at = event.t  # it failed as it started (e.g. the setup)
         if state.phase is Phase.DONE:
             return []
         if state.phase is Phase.RESTORING:
@@ -194,12 +240,16 @@ def step(state: RunState, event: Event) -> list[Action]:
 
     if isinstance(event, Sampled):
         return _on_sample(state, event.sample)
+    if isinstance(event, _JOB_RESULTS) and state.phase in (Phase.RESTORING, Phase.DONE):
+        return []  # a background action finished after a fault had ended the run
 
     match (state.phase, event):
-        case (Phase.PENDING, Start(t=t)):
+        case (Phase.PENDING, Start(t=t) | Resumed(t=t)):
             state.started_at = t
             state.phase = Phase.INJECTING
             return [Action.INJECT]
+        case (_, Resumed()):
+            return list(RESUME_ACTIONS[state.phase])
         case (Phase.INJECTING, Injected(t=t)):
             state.injected_at = t
             state.phase = Phase.AWAITING_FIRE
@@ -224,15 +274,54 @@ def step(state: RunState, event: Event) -> list[Action]:
             return _finish_with(state, oracle.evaluate(state.observations(), state.verify))
         case (Phase.RESTORING, Restored(t=t)):
             state.restored_at = t
+            if _regradable(state):
+                _reopen(state)
+                return [Action.REOPEN]
             state.phase = Phase.DONE
             return [Action.FINISH]
         case _:
             raise TransitionError(f"event {event.kind!r} is not expected in phase {state.phase}")
 
 
+def _regradable(state: RunState) -> bool:
+    """A graded Submission failed on its own merits: the incident is still firing and the
+    next Submission may be graded (a harness fault or a pass ends the run)."""
+    v = state.verdict
+    return (
+        state.regrade
+        and v is not None
+        and not v.passed
+        and state.fault is None
+        and state.fired_at is not None
+        and state.submitted_at is not None
+    )
+
+
+def _reopen(state: RunState) -> None:
+    """Back to AwaitingSubmission: what the incident observed stays, the graded
+    Submission's part is cleared (its verdict was recorded before the restore)."""
+    state.phase = Phase.AWAITING_SUBMISSION
+    state.submitted_at = None
+    state.ci_finished_at = None
+    state.ci = None
+    state.redeployed_at = None
+    state.active_before_redeploy = frozenset()
+    state.verdict = None
+    state.restored_at = None
+    state.samples = state.samples[-1:]
+
+
 def _on_sample(state: RunState, sample: AlertSample) -> list[Action]:
-    if state.phase in (Phase.PENDING, Phase.INJECTING, Phase.RESTORING, Phase.DONE):
+    if state.phase not in SAMPLED_PHASES:
         return []  # outside the observed run: not part of the timeline
+    actions = _observe(state, sample)
+    kept = state.waiting_samples_kept
+    if state.phase is Phase.AWAITING_SUBMISSION and kept is not None:
+        del state.samples[:-kept]
+    return actions
+
+
+def _observe(state: RunState, sample: AlertSample) -> list[Action]:
     state.samples.append(sample)
     if state.phase is Phase.AWAITING_FIRE:
         assert state.injected_at is not None

@@ -123,3 +123,154 @@ def test_state_survives_a_json_round_trip_mid_run() -> None:
     again = RunState.model_validate_json(st.model_dump_json())
     assert again == st
     assert loop.step(again, loop.Submitted(t=4)) == [Action.RUN_CI]
+
+
+# ---- resume after a restart: the loop knows what each persisted phase was waiting on
+@pytest.mark.parametrize(
+    ("phase", "expected"),
+    [
+        (Phase.INJECTING, [Action.INJECT]),
+        (Phase.AWAITING_FIRE, [Action.SAMPLE]),
+        (Phase.AWAITING_SUBMISSION, [Action.HAND_OFF]),
+        (Phase.CI, [Action.RUN_CI]),
+        (Phase.DEPLOYING, [Action.DEPLOY]),
+        (Phase.VERIFYING, [Action.SAMPLE]),
+        (Phase.RESTORING, [Action.RECORD, Action.RESTORE]),
+        (Phase.DONE, [Action.FINISH]),
+    ],
+)
+def test_resumed_redoes_what_the_persisted_phase_waited_on(
+    phase: Phase, expected: list[Action]
+) -> None:
+    st = state()
+    to_handoff(st)
+    st.phase = phase  # as persisted by a driver that died in this phase
+    persisted = RunState.model_validate_json(st.model_dump_json())
+    assert loop.step(persisted, loop.Resumed(t=99)) == expected
+    assert persisted.phase is phase  # resuming changes nothing by itself
+    assert persisted.started_at == 0
+
+
+def test_resumed_before_the_start_starts() -> None:
+    st = state()
+    assert loop.step(st, loop.Resumed(t=7)) == [Action.INJECT]
+    assert st.phase is Phase.INJECTING
+    assert st.started_at == 7
+
+
+def test_resumed_mid_ci_then_goes_on_as_if_never_stopped() -> None:
+    st = state()
+    to_handoff(st)
+    loop.step(st, loop.Submitted(t=4))
+    again = RunState.model_validate_json(st.model_dump_json())
+    assert loop.step(again, loop.Resumed(t=5)) == [Action.RUN_CI]
+    green = CIResult(status=CIStatus.GREEN)
+    assert loop.step(again, loop.CIFinished(t=6, result=green)) == [Action.DEPLOY]
+
+
+# ---- regrade: with regrade on, a failed Submission reopens the incident
+def graded_red(st: RunState) -> None:
+    to_handoff(st)
+    loop.step(st, loop.Submitted(t=4))
+    red = CIResult(status=CIStatus.RED, reason="tests failed")
+    assert loop.step(st, loop.CIFinished(t=5, result=red)) == [Action.RECORD, Action.RESTORE]
+
+
+def test_failed_submission_reopens_when_regrading() -> None:
+    st = state()
+    st.regrade = True
+    graded_red(st)
+    assert loop.step(st, loop.Restored(t=6)) == [Action.REOPEN]
+    assert st.phase is Phase.AWAITING_SUBMISSION
+    # the incident's own history stays, the graded Submission's part is gone
+    assert (st.started_at, st.injected_at, st.fired_at, st.handed_off_at) == (0, 1, 3, 3)
+    assert st.submitted_at is None
+    assert st.ci is None
+    assert st.verdict is None
+    assert st.redeployed_at is None
+    assert len(st.samples) == 1
+    # and the next Submission is graded like the first
+    assert loop.step(st, loop.Submitted(t=7)) == [Action.RUN_CI]
+
+
+def test_failed_submission_ends_the_run_without_regrade() -> None:
+    st = state()
+    graded_red(st)
+    assert loop.step(st, loop.Restored(t=6)) == [Action.FINISH]
+    assert st.phase is Phase.DONE
+
+
+def test_harness_fault_never_reopens() -> None:
+    st = state()
+    st.regrade = True
+    to_handoff(st)
+    loop.step(st, loop.Submitted(t=4))
+    loop.step(st, loop.Fault(t=5, reason="CI Job vanished"))
+    assert loop.step(st, loop.Restored(t=6)) == [Action.FINISH]
+    assert st.verdict is not None
+    assert st.verdict.reason is Reason.INCONCLUSIVE
+
+
+def test_never_fired_never_reopens() -> None:
+    st = state()
+    st.regrade = True
+    loop.step(st, loop.Start(t=0))
+    loop.step(st, loop.Injected(t=1))
+    actions: list[Action] = []
+    for t in range(2, 60):
+        actions = loop.step(st, sampled(t))
+        if actions != [Action.SAMPLE]:
+            break
+    assert loop.step(st, loop.Restored(t=61)) == [Action.FINISH]
+
+
+def test_passing_submission_ends_the_run_even_when_regrading() -> None:
+    st = state()
+    st.regrade = True
+    to_handoff(st)
+    loop.step(st, loop.Submitted(t=4))
+    loop.step(st, loop.CIFinished(t=5, result=CIResult(status=CIStatus.GREEN)))
+    loop.step(st, loop.Deployed(t=6))
+    for t in range(7, 40):
+        if loop.step(st, sampled(t)) != [Action.SAMPLE]:
+            break
+    assert st.verdict is not None
+    assert st.verdict.passed
+    assert loop.step(st, loop.Restored(t=41)) == [Action.FINISH]
+
+
+# ---- what the driver used to do to the state by hand
+def test_waiting_samples_are_bounded_when_asked() -> None:
+    st = state()
+    st.waiting_samples_kept = 3
+    to_handoff(st)
+    for t in range(4, 20):
+        loop.step(st, sampled(t, TARGET))
+    assert [s.t for s in st.samples] == [17, 18, 19]
+    loop.step(st, loop.Submitted(t=20))
+    for t in range(21, 25):
+        loop.step(st, sampled(t, TARGET))
+    assert len(st.samples) == 7  # only the wait for a Submission is trimmed
+
+
+def test_a_fault_before_the_start_ends_the_run_inconclusive() -> None:
+    st = state()
+    assert loop.step(st, loop.Fault(t=3, reason="setup failed")) == [
+        Action.RECORD,
+        Action.RESTORE,
+    ]
+    assert st.started_at == 3
+    assert st.verdict is not None
+    assert st.verdict.reason is Reason.INCONCLUSIVE
+    assert loop.step(st, loop.Restored(t=4)) == [Action.FINISH]
+
+
+def test_a_job_result_after_a_fault_is_stale() -> None:
+    st = state()
+    to_handoff(st)
+    loop.step(st, loop.Submitted(t=4))
+    loop.step(st, loop.Fault(t=5, reason="prometheus died"))
+    green = CIResult(status=CIStatus.GREEN)
+    assert loop.step(st, loop.CIFinished(t=6, result=green)) == []
+    assert st.ci is None  # the late result changes nothing
+    assert st.phase is Phase.RESTORING

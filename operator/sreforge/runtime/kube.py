@@ -54,9 +54,8 @@ from sreforge.api.resources import (
 from sreforge.api.scenario import LoadProfile, Scenario, ScenarioError, VerifySpec, load_scenario
 from sreforge.api.verdict import Verdict
 from sreforge.load import k6
-from sreforge.loop import Action, Phase, RunState
+from sreforge.loop import SAMPLED_PHASES, Action, Phase, RunState
 from sreforge.runtime import ci, failpoint
-from sreforge.runtime.local import SAMPLED_PHASES
 from sreforge.telemetry import Telemetry
 
 REPO_SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"

@@ -16,9 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,20 +25,14 @@ from typing import Any
 from sreforge import loop, oracle
 from sreforge.api.observation import AlertSample, CIResult, CIStatus
 from sreforge.api.scenario import Scenario
-from sreforge.loop import Action, Phase, RunState
+from sreforge.loop import Phase, RunState
 from sreforge.runtime import ci, contention, sandbox
+from sreforge.runtime.driver import Driver
 from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter
 from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_command
 from sreforge.runtime.prometheus import PrometheusServer
 from sreforge.telemetry import LOAD_JOB, Telemetry
 
-SAMPLED_PHASES = {
-    Phase.AWAITING_FIRE,
-    Phase.AWAITING_SUBMISSION,
-    Phase.CI,
-    Phase.DEPLOYING,
-    Phase.VERIFYING,
-}
 PROGRESS_EVERY_SECONDS = 5.0
 # How long a swap waits for Prometheus to scrape the new build before stopping the old.
 SCRAPE_SWITCH_SECONDS = 10.0
@@ -132,8 +124,7 @@ class LocalRun:
         self.patch_text = ""
         self.patched_tree: Path | None = None
         self.wall: dict[str, float] = {}
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sreforge-job")
-        self._job: Future[loop.Event] | None = None
+        self.driver = Driver(self.state, self, name="sreforge")
         self._last_progress = 0.0
         self._live_shown = False
         self.t_begin = time.time()
@@ -380,37 +371,43 @@ class LocalRun:
             time.sleep(1)
         self.control = {"seconds": self.opts.control_seconds, "targetFired": fired}
 
-    # ----- actions -----------------------------------------------------------------
-    def _act(self, action: Action) -> loop.Event | None:
-        now = time.time
-        match action:
-            case Action.INJECT:
-                self._say("inject: swapping in the regressed build")
-                return loop.Injected(t=self._swap_service(self.regressed, "regressed"))
-            case Action.SAMPLE | Action.FINISH:
-                return None
-            case Action.HAND_OFF:
-                self._say(f"{self.scenario.target_alert} is firing: handing off to the agent")
-                self._job = self._pool.submit(self._obtain_submission)
-                return None
-            case Action.RUN_CI:
-                self._job = self._pool.submit(self._run_ci)
-                return None
-            case Action.DEPLOY:
-                self._job = self._pool.submit(self._deploy)
-                return None
-            case Action.RECORD:
-                self._record()
-                return None
-            case Action.RESTORE:
-                t0 = time.time()
-                try:
-                    if self.service is not None and self.prom is not None:
-                        self._swap_service(self.regressed, "baseline")
-                finally:
-                    self.wall["restore"] = time.time() - t0
-                return loop.Restored(t=now())
+    # ----- actions (sreforge.runtime.driver.Runtime) ---------------------------------
+    def inject(self) -> loop.Event:
+        self._say("inject: swapping in the regressed build")
+        return loop.Injected(t=self._swap_service(self.regressed, "regressed"))
+
+    def hand_off(self) -> loop.Event:
+        self._say(f"{self.scenario.target_alert} is firing: handing off to the agent")
+        return self._obtain_submission()
+
+    def restore(self) -> None:
+        t0 = time.time()
+        try:
+            if self.state.injected_at is not None and self.service is not None:
+                self._swap_service(self.regressed, "baseline")
+        finally:
+            self.wall["restore"] = time.time() - t0
+
+    def reopen(self) -> None:
+        raise AssertionError("a local run grades one submission: it never reopens")
+
+    def finish(self) -> None:
         return None
+
+    def sample(self) -> AlertSample:
+        assert self.telemetry is not None
+        sample = self.telemetry.sample()
+        cpu = self.cpu.sample()
+        if cpu is not None:
+            sample = sample.model_copy(update={"outside_cpu": cpu.outside, "cpu_wait": cpu.wait})
+        return sample
+
+    def poll(self) -> loop.Event | None:
+        return None  # the submission comes from the hand-off itself
+
+    def stepped(self, _before: Phase, event: loop.Event) -> None:
+        if isinstance(event, loop.Sampled):
+            self._progress(event.sample)
 
     def _handoff_brief(self) -> Path:
         handoff = self.dir / "handoff"
@@ -482,7 +479,7 @@ class LocalRun:
         self.wall["agent"] = time.time() - t0
         return loop.Submitted(t=time.time())
 
-    def _run_ci(self) -> loop.Event:
+    def run_ci(self) -> loop.Event:
         self._say("CI: applying the patch to a pristine copy and running the pristine tests")
         svc = self.scenario.service
         result, tree = ci.run_gate(
@@ -499,7 +496,7 @@ class LocalRun:
         self._say(f"CI {result.status.value}: {result.reason}")
         return loop.CIFinished(t=time.time(), result=result)
 
-    def _deploy(self) -> loop.Event:
+    def deploy(self) -> loop.Event:
         t0 = time.time()
         assert self.patched_tree is not None
         self._say("deploy: rolling out the patched build")
@@ -513,7 +510,7 @@ class LocalRun:
         self.wall["deploy"] = switched - t0
         return loop.Deployed(t=switched)
 
-    # ----- the drive loop ----------------------------------------------------------
+    # ----- the run ------------------------------------------------------------------
     def execute(self) -> dict[str, Any]:
         """Run the whole loop; returns the record (also written to record.json)."""
         contention.become_subreaper()  # a process a patch daemonizes stays in the run's tree
@@ -522,68 +519,18 @@ class LocalRun:
                 self._setup()
             except (ProcessError, OSError, subprocess.SubprocessError) as exc:
                 self._say(f"setup failed: {exc}")
-                actions: deque[Action] = deque(loop.step(self.state, loop.Start(t=time.time())))
-                actions = deque(loop.step(self.state, loop.Fault(t=time.time(), reason=str(exc))))
-                actions = deque(a for a in actions if a is not Action.RESTORE)
-                self._drain(actions)
-                self.state.phase = Phase.DONE
+                self.driver.run(loop.Fault(t=time.time(), reason=str(exc)))
                 return self.record
-            self._drive()
+            self.driver.run(loop.Start(t=time.time()))
             return self.record
         except KeyboardInterrupt:
             self._say("interrupted: recording an Inconclusive verdict and cleaning up")
             if self.state.verdict is None:
                 loop.step(self.state, loop.Fault(t=time.time(), reason="interrupted"))
-                self._record()
+                self.record_verdict()
             raise
         finally:
             self._teardown()
-
-    def _drain(self, actions: deque[Action]) -> None:
-        while actions:
-            try:
-                event = self._act(actions.popleft())
-            except (ProcessError, OSError, subprocess.SubprocessError) as exc:
-                event = loop.Fault(t=time.time(), reason=str(exc)[:2000])
-            if event is not None:
-                actions.extend(loop.step(self.state, event))
-
-    def _done(self) -> bool:
-        return self.state.phase is Phase.DONE
-
-    def _drive(self) -> None:
-        assert self.telemetry is not None
-        actions: deque[Action] = deque(loop.step(self.state, loop.Start(t=time.time())))
-        interval = self.scenario.verify.sample_interval_seconds
-        next_sample = time.time()
-        while not self._done():
-            self._drain(actions)
-            if self._done():
-                break
-            if self._job is not None and self._job.done():
-                job, self._job = self._job, None
-                try:
-                    event = job.result()
-                except (ProcessError, OSError, subprocess.SubprocessError, ValueError) as exc:
-                    event = loop.Fault(t=time.time(), reason=f"{type(exc).__name__}: {exc}")
-                actions.extend(loop.step(self.state, event))
-                continue
-            if self.state.phase in SAMPLED_PHASES:
-                delay = next_sample - time.time()
-                if delay > 0:
-                    time.sleep(min(delay, 0.1))
-                    continue
-                next_sample += interval
-                sample = self.telemetry.sample()
-                cpu = self.cpu.sample()
-                if cpu is not None:
-                    sample = sample.model_copy(
-                        update={"outside_cpu": cpu.outside, "cpu_wait": cpu.wait}
-                    )
-                self._progress(sample)
-                actions.extend(loop.step(self.state, loop.Sampled(sample=sample)))
-            else:
-                time.sleep(0.05)
 
     # ----- output ------------------------------------------------------------------
     def _contention(self) -> dict[str, Any]:
@@ -641,7 +588,7 @@ class LocalRun:
     def _timeline(self) -> list[dict[str, Any]]:
         return [s.model_dump(mode="json") for s in self.state.samples]
 
-    def _record(self) -> None:
+    def record_verdict(self) -> None:
         st = self.state
         verdict = st.verdict
         assert verdict is not None
@@ -739,9 +686,6 @@ class LocalRun:
         _write_json(self.dir / "state.json", st.model_dump(mode="json"))
 
     def _teardown(self) -> None:
-        if self._job is not None:
-            self._job.cancel()
-        self._pool.shutdown(wait=False, cancel_futures=True)
         for proc in reversed(self.procs):
             with contextlib.suppress(Exception):
                 proc.stop()
