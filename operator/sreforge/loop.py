@@ -129,7 +129,7 @@ class Action(StrEnum):
     DEPLOY = "deploy"  # roll out the patched build
     RECORD = "record"  # persist the verdict
     RESTORE = "restore"  # put the baseline (regressed) build back, stop what the run started
-    REOPEN = "reopen"  # a failed Submission was graded: the incident waits for the next one
+    REOPEN = "reopen"  # a case was graded and the baseline restored: the next case begins
     FINISH = "finish"
 
 
@@ -157,9 +157,15 @@ class RunState(BaseModel):
     run_id: str
     target_alert: str
     verify: VerifySpec
-    # A failed, graded Submission reopens the incident for the next one instead of ending
-    # the run (the operator grades many Submissions against one Incident).
-    regrade: bool = False
+    # How many Submissions (cases) this run grades against its one injected environment:
+    # None, until one passes (the operator, `stop_on_pass`); a local run grades one, a warm
+    # session its list of cases. Between two cases the baseline (regressed) build is
+    # restored and must fire again (`rearm_timeout_seconds`, else the verify spec's
+    # fire timeout) before the next hand-off.
+    cases: int | None = 1
+    stop_on_pass: bool = True
+    rearm_timeout_seconds: float | None = None
+    graded: int = 0  # Submissions handed in so far
     # Samples kept while waiting for a Submission (None: all; the operator persists the
     # state in CR status, which must stay small however long the agent takes).
     waiting_samples_kept: int | None = None
@@ -256,6 +262,7 @@ def step(state: RunState, event: Event) -> list[Action]:
             return [Action.SAMPLE]
         case (Phase.AWAITING_SUBMISSION, Submitted(t=t)):
             state.submitted_at = t
+            state.graded += 1
             state.phase = Phase.CI
             return [Action.RUN_CI]
         case (Phase.CI, CIFinished(t=t, result=result)):
@@ -274,33 +281,37 @@ def step(state: RunState, event: Event) -> list[Action]:
             return _finish_with(state, oracle.evaluate(state.observations(), state.verify))
         case (Phase.RESTORING, Restored(t=t)):
             state.restored_at = t
-            if _regradable(state):
-                _reopen(state)
-                return [Action.REOPEN]
+            if _more_cases(state):
+                _rearm(state)
+                return [Action.REOPEN, Action.SAMPLE]
             state.phase = Phase.DONE
             return [Action.FINISH]
         case _:
             raise TransitionError(f"event {event.kind!r} is not expected in phase {state.phase}")
 
 
-def _regradable(state: RunState) -> bool:
-    """A graded Submission failed on its own merits: the incident is still firing and the
-    next Submission may be graded (a harness fault or a pass ends the run)."""
+def _more_cases(state: RunState) -> bool:
+    """Another case may be graded against this environment: the last one was handed off
+    and graded on its own merits (no harness fault), there are cases left, and a pass does
+    not end the run."""
     v = state.verdict
     return (
-        state.regrade
-        and v is not None
-        and not v.passed
+        v is not None
         and state.fault is None
         and state.fired_at is not None
         and state.submitted_at is not None
+        and (state.cases is None or state.graded < state.cases)
+        and not (state.stop_on_pass and v.passed)
     )
 
 
-def _reopen(state: RunState) -> None:
-    """Back to AwaitingSubmission: what the incident observed stays, the graded
-    Submission's part is cleared (its verdict was recorded before the restore)."""
-    state.phase = Phase.AWAITING_SUBMISSION
+def _rearm(state: RunState) -> None:
+    """The baseline (regressed) build is back: wait for the alert to fire again before the
+    next case. The graded case's part of the state was recorded before the restore."""
+    state.phase = Phase.AWAITING_FIRE
+    state.injected_at = state.restored_at
+    state.fired_at = None
+    state.handed_off_at = None
     state.submitted_at = None
     state.ci_finished_at = None
     state.ci = None
@@ -308,7 +319,7 @@ def _reopen(state: RunState) -> None:
     state.active_before_redeploy = frozenset()
     state.verdict = None
     state.restored_at = None
-    state.samples = state.samples[-1:]
+    state.samples = []
 
 
 def _on_sample(state: RunState, sample: AlertSample) -> list[Action]:
@@ -331,8 +342,16 @@ def _observe(state: RunState, sample: AlertSample) -> list[Action]:
             state.phase = Phase.AWAITING_SUBMISSION
             return [Action.HAND_OFF]
         waited = sample.t - state.injected_at
-        if waited > state.verify.fire_timeout_seconds:
+        if state.graded == 0 and waited > state.verify.fire_timeout_seconds:
             return _finish_with(state, oracle.never_fired(state.verify, state.target_alert, waited))
+        rearm = state.rearm_timeout_seconds or state.verify.fire_timeout_seconds
+        if state.graded > 0 and waited > rearm:
+            # not the next case's failure: the environment no longer shows the incident
+            state.fault = (
+                f"the baseline build did not fire {state.target_alert} again within "
+                f"{waited:.0f}s of the restore"
+            )
+            return _finish_with(state, _inconclusive(state, state.fault))
         return [Action.SAMPLE]
     if state.phase is Phase.VERIFYING:
         obs = state.observations()

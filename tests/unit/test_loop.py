@@ -168,41 +168,99 @@ def test_resumed_mid_ci_then_goes_on_as_if_never_stopped() -> None:
     assert loop.step(again, loop.CIFinished(t=6, result=green)) == [Action.DEPLOY]
 
 
-# ---- regrade: with regrade on, a failed Submission reopens the incident
-def graded_red(st: RunState) -> None:
-    to_handoff(st)
-    loop.step(st, loop.Submitted(t=4))
+# ---- many cases against one environment: the operator's regrade, a warm session
+def graded_red(st: RunState, t0: float = 0) -> None:
+    if t0 == 0:
+        to_handoff(st)
+    loop.step(st, loop.Submitted(t=t0 + 4))
     red = CIResult(status=CIStatus.RED, reason="tests failed")
-    assert loop.step(st, loop.CIFinished(t=5, result=red)) == [Action.RECORD, Action.RESTORE]
+    assert loop.step(st, loop.CIFinished(t=t0 + 5, result=red)) == [Action.RECORD, Action.RESTORE]
 
 
-def test_failed_submission_reopens_when_regrading() -> None:
+def graded_green(st: RunState, t0: float) -> None:
+    loop.step(st, loop.Submitted(t=t0 + 4))
+    loop.step(st, loop.CIFinished(t=t0 + 5, result=CIResult(status=CIStatus.GREEN)))
+    loop.step(st, loop.Deployed(t=t0 + 6))
+    for t in range(int(t0) + 7, int(t0) + 40):
+        if loop.step(st, sampled(t)) != [Action.SAMPLE]:
+            break
+    assert st.verdict is not None
+    assert st.verdict.passed
+
+
+def operator_state() -> RunState:
     st = state()
-    st.regrade = True
+    st.cases, st.stop_on_pass = None, True
+    return st
+
+
+def test_a_failed_case_rearms_and_the_next_is_handed_off_when_it_fires_again() -> None:
+    st = operator_state()
     graded_red(st)
-    assert loop.step(st, loop.Restored(t=6)) == [Action.REOPEN]
-    assert st.phase is Phase.AWAITING_SUBMISSION
-    # the incident's own history stays, the graded Submission's part is gone
-    assert (st.started_at, st.injected_at, st.fired_at, st.handed_off_at) == (0, 1, 3, 3)
-    assert st.submitted_at is None
-    assert st.ci is None
-    assert st.verdict is None
-    assert st.redeployed_at is None
-    assert len(st.samples) == 1
-    # and the next Submission is graded like the first
-    assert loop.step(st, loop.Submitted(t=7)) == [Action.RUN_CI]
+    assert loop.step(st, loop.Restored(t=6)) == [Action.REOPEN, Action.SAMPLE]
+    assert st.phase is Phase.AWAITING_FIRE
+    assert st.injected_at == 6  # the baseline is back since the restore
+    assert (st.fired_at, st.submitted_at, st.ci, st.verdict) == (None, None, None, None)
+    assert st.samples == []
+    assert st.graded == 1
+    # quiet for a while (the failed fix had cleared it): no hand-off before it fires again
+    assert loop.step(st, sampled(7)) == [Action.SAMPLE]
+    assert loop.step(st, sampled(8, TARGET)) == [Action.HAND_OFF]
+    assert st.fired_at == 8
+    assert loop.step(st, loop.Submitted(t=9)) == [Action.RUN_CI]
+    assert st.graded == 2
 
 
-def test_failed_submission_ends_the_run_without_regrade() -> None:
-    st = state()
+def test_a_baseline_that_does_not_fire_again_is_inconclusive() -> None:
+    st = operator_state()
+    st.rearm_timeout_seconds = 10
+    graded_red(st)
+    loop.step(st, loop.Restored(t=6))
+    actions: list[Action] = []
+    for t in range(7, 30):
+        actions = loop.step(st, sampled(t))
+        if actions != [Action.SAMPLE]:
+            break
+    assert actions == [Action.RECORD, Action.RESTORE]
+    assert t == 17  # its own timeout, not the fire timeout of the injection (30 s)
+    assert st.verdict is not None
+    assert st.verdict.reason is Reason.INCONCLUSIVE
+    assert "did not fire CatalogLatencyHigh again" in st.verdict.message
+    assert loop.step(st, loop.Restored(t=18)) == [Action.FINISH]  # the environment is spent
+
+
+def test_one_case_ends_the_run() -> None:
+    st = state()  # a local run: one case
     graded_red(st)
     assert loop.step(st, loop.Restored(t=6)) == [Action.FINISH]
     assert st.phase is Phase.DONE
 
 
-def test_harness_fault_never_reopens() -> None:
+def test_a_session_grades_each_case_pass_or_fail_then_ends() -> None:
     st = state()
-    st.regrade = True
+    st.cases, st.stop_on_pass = 3, False
+    graded_red(st)
+    loop.step(st, loop.Restored(t=6))
+    loop.step(st, sampled(7, TARGET))
+    graded_green(st, 7)  # a pass does not end a session
+    assert loop.step(st, loop.Restored(t=50)) == [Action.REOPEN, Action.SAMPLE]
+    loop.step(st, sampled(51, TARGET))
+    graded_red(st, 51)
+    assert loop.step(st, loop.Restored(t=60)) == [Action.FINISH]  # three cases graded
+    assert st.graded == 3
+
+
+def test_the_operator_stops_at_the_first_pass() -> None:
+    st = operator_state()
+    graded_red(st)
+    loop.step(st, loop.Restored(t=6))
+    loop.step(st, sampled(7, TARGET))
+    graded_green(st, 7)
+    assert loop.step(st, loop.Restored(t=50)) == [Action.FINISH]
+
+
+def test_harness_fault_never_rearms() -> None:
+    st = operator_state()
     to_handoff(st)
     loop.step(st, loop.Submitted(t=4))
     loop.step(st, loop.Fault(t=5, reason="CI Job vanished"))
@@ -211,9 +269,8 @@ def test_harness_fault_never_reopens() -> None:
     assert st.verdict.reason is Reason.INCONCLUSIVE
 
 
-def test_never_fired_never_reopens() -> None:
-    st = state()
-    st.regrade = True
+def test_never_fired_never_rearms() -> None:
+    st = operator_state()
     loop.step(st, loop.Start(t=0))
     loop.step(st, loop.Injected(t=1))
     actions: list[Action] = []
@@ -221,22 +278,9 @@ def test_never_fired_never_reopens() -> None:
         actions = loop.step(st, sampled(t))
         if actions != [Action.SAMPLE]:
             break
-    assert loop.step(st, loop.Restored(t=61)) == [Action.FINISH]
-
-
-def test_passing_submission_ends_the_run_even_when_regrading() -> None:
-    st = state()
-    st.regrade = True
-    to_handoff(st)
-    loop.step(st, loop.Submitted(t=4))
-    loop.step(st, loop.CIFinished(t=5, result=CIResult(status=CIStatus.GREEN)))
-    loop.step(st, loop.Deployed(t=6))
-    for t in range(7, 40):
-        if loop.step(st, sampled(t)) != [Action.SAMPLE]:
-            break
     assert st.verdict is not None
-    assert st.verdict.passed
-    assert loop.step(st, loop.Restored(t=41)) == [Action.FINISH]
+    assert st.verdict.reason is Reason.ALERT_NEVER_FIRED
+    assert loop.step(st, loop.Restored(t=61)) == [Action.FINISH]
 
 
 # ---- what the driver used to do to the state by hand

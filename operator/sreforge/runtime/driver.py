@@ -23,6 +23,14 @@ IDLE_SECONDS = 0.05
 MAX_REASON = 2000
 
 
+class Stop(Protocol):
+    """What stops a driver: a threading.Event, or kopf's daemon-stopped flag wrapped."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
 class Runtime(Protocol):
     """What a runtime does for the driver. Each action is idempotent (a resumed driver may
     redo one); any exception it raises is a harness fault (the run is Inconclusive)."""
@@ -113,7 +121,7 @@ class Driver:
     def done(self) -> bool:
         return self.state.phase is Phase.DONE and not self.queue and self._job is None
 
-    def run(self, first: loop.Event, stop: threading.Event | None = None) -> None:
+    def run(self, first: loop.Event, stop: Stop | None = None) -> None:
         """Feed `first` (Start, Resumed, or a Fault that ended the run before it began) and
         drive until the run is done or `stop` is set."""
         stop = stop or threading.Event()
@@ -187,9 +195,10 @@ class Driver:
     def _sample(self) -> None:
         interval = self.state.verify.sample_interval_seconds
         now = time.time()
-        self._next_sample += interval
-        if self._next_sample <= now:  # a slow look: keep the cadence, never burst to catch up
-            self._next_sample = now + interval
+        # On a fixed cadence; after an idle phase or a look slower than the interval the
+        # cadence starts again from now: missed looks are never made up in a burst.
+        late = now - self._next_sample >= interval
+        self._next_sample = (now if late else self._next_sample) + interval
         try:
             event: loop.Event = loop.Sampled(sample=self.runtime.sample())
         except Exception as exc:  # any failure of an action is a harness fault
