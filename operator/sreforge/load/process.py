@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from sreforge.api.scenario import LoadProfile
-from sreforge.runtime.process import die_with_parent
+from sreforge.children import die_with_parent
 
 
 def generator_command(
