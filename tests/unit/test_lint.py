@@ -76,7 +76,9 @@ IO_FILE_FUNCTIONS = frozenset({
     ("json", "dump"), ("json", "load"), ("marshal", "dump"), ("marshal", "load"),
     ("pickle", "dump"), ("pickle", "load"), ("tomllib", "load"),
 })  # fmt: skip
-IO_SYS_ATTRIBUTES = frozenset({"stdin", "stdout", "stderr", "__stdin__", "__stdout__"})
+IO_SYS_ATTRIBUTES = frozenset(
+    {"stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__"}
+)
 
 
 def _module_name(path: Path) -> str:
