@@ -34,7 +34,8 @@ OPERATOR = ROOT / "operator"
 sys.path.insert(0, str(OPERATOR))
 
 from sreforge.api.scenario import LoadProfile  # noqa: E402
-from sreforge.load.process import generator_command, read_port_file  # noqa: E402
+from sreforge.load.command import generator_argv  # noqa: E402
+from sreforge.load.process import read_port_file  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from benchmd import write_section  # noqa: E402
@@ -84,7 +85,7 @@ def run_case(tmp: Path, echo_url: str, rate: int, delay_ms: int, seconds: int) -
     err_path = tmp / f"load-{rate}-{delay_ms}.err"
     with err_path.open("wb") as err:
         proc = subprocess.Popen(
-            generator_command(profile, echo_url, port_file, seed=1),
+            generator_argv(profile, echo_url, port_file=port_file, seed=1),
             env=ENV,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

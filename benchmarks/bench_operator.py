@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from sreforge.api.resources import GROUP, VERSION
-from sreforge.api.scenario import load_scenario
 from sreforge.markdown import write_section
 from sreforge.runtime.prometheus import PrometheusServer
+from sreforge.scenarios import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the test suite's control plane, reused

@@ -22,6 +22,7 @@ from typing import Any
 from sreforge.api.scenario import Scenario
 from sreforge.api.verdict import Reason
 from sreforge.markdown import write_section
+from sreforge.scenarios import decoys, fixes
 
 EMPTY = "empty"
 _EXPECT = re.compile(r"^#\s*expect:\s*(?P<reasons>[A-Za-z|, ]+)$", re.MULTILINE)
@@ -81,10 +82,12 @@ def cases(scenario: Scenario) -> list[Case]:
     decoy: together they show the alert fires, stays firing without a fix, clears with a
     real one and not with a plausible wrong one, and stays quiet on the healthy build.
     """
-    fixes = scenario.fixes()
-    out = [Case(scenario, p, "pass", control=i == 0, fast=i == 0) for i, p in enumerate(fixes)]
+    out = [
+        Case(scenario, p, "pass", control=i == 0, fast=i == 0)
+        for i, p in enumerate(fixes(scenario))
+    ]
     out.append(Case(scenario, None, "fail", fast=True))
-    out += [Case(scenario, p, "fail", fast=i == 0) for i, p in enumerate(scenario.decoys())]
+    out += [Case(scenario, p, "fail", fast=i == 0) for i, p in enumerate(decoys(scenario))]
     return out
 
 

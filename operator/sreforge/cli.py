@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 from sreforge import catalogue, judge, leaderboard, report
-from sreforge.api.scenario import ScenarioError, discover, load_scenario
+from sreforge.api.scenario import ScenarioError
 from sreforge.api.verdict import Reason
 from sreforge.runtime.local import LocalRun, RunOptions
 from sreforge.runtime.process import ProcessError
+from sreforge.scenarios import decoys, discover, fixes, load_scenario
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
@@ -112,8 +113,8 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
                         "family": s.family,
                         "alert": s.target_alert,
                         "title": s.title,
-                        "fixes": len(s.fixes()),
-                        "decoys": len(s.decoys()),
+                        "fixes": len(fixes(s)),
+                        "decoys": len(decoys(s)),
                     }
                     for s in scenarios
                 ],
@@ -126,8 +127,8 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
     print(f"{'NAME':<{nw}} {'FAMILY':<14} {'ALERT':<{aw}} {'FIXES':>5} {'DECOYS':>6}  TITLE")
     for s in scenarios:
         print(
-            f"{s.name:<{nw}} {s.family:<14} {s.target_alert:<{aw}} {len(s.fixes()):>5} "
-            f"{len(s.decoys()):>6}  {s.title}"
+            f"{s.name:<{nw}} {s.family:<14} {s.target_alert:<{aw}} {len(fixes(s)):>5} "
+            f"{len(decoys(s)):>6}  {s.title}"
         )
     return 0
 

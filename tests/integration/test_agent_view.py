@@ -20,8 +20,8 @@ from pathlib import Path
 from tests.reliability_cases import case
 from tests.runs import AGENTS, inventory_from_log
 
-from sreforge.api.scenario import load_scenario
 from sreforge.runtime.local import LocalRun, RunOptions
+from sreforge.scenarios import fixes, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
@@ -71,7 +71,7 @@ def assert_nothing_internal(seen: dict[str, object]) -> None:
 def test_agent_workspace_and_brief_hold_nothing_harness_internal(tmp_path: Path) -> None:
     with case("security: agent workspace and brief hold nothing internal"):
         scenario = load_scenario(SCENARIOS / "latency-cache-stampede")
-        fix = scenario.fixes()[0]
+        fix = fixes(scenario)[0]
         run = LocalRun(
             scenario,
             ROOT,

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from tests.runs import ROOT, cli_env
 
-from sreforge.api.scenario import Scenario, discover
+from sreforge.api.scenario import Scenario
+from sreforge.scenarios import discover, fixes
 
 pytestmark = [
     pytest.mark.graded,
@@ -32,7 +33,7 @@ pytestmark = [
 def _two_scenarios() -> list[Scenario]:
     catalogue = discover(ROOT / "scenarios")
     first = next(s for s in catalogue if s.name == "latency-cache-stampede")
-    other = [s for s in catalogue if s.name != first.name and s.fixes()]
+    other = [s for s in catalogue if s.name != first.name and fixes(s)]
     if not other:
         pytest.skip("needs a second scenario with a reference fix")
     return [first, other[0]]
@@ -55,7 +56,7 @@ def test_two_scenarios_at_once_both_pass_with_their_own_ports(tmp_path: Path) ->
         log = (tmp_path / f"{s.name}.out").open("w")  # a file, not a pipe: nothing blocks
         argv = [
             sys.executable, "-m", "sreforge.cli", "run", str(s.directory),
-            "--fix", str(s.fixes()[0]), "--sustain-seconds", "20", "--runs-dir", str(runs),
+            "--fix", str(fixes(s)[0]), "--sustain-seconds", "20", "--runs-dir", str(runs),
         ]  # fmt: skip
         procs.append(
             (

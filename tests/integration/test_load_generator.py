@@ -29,7 +29,7 @@ from sreforge.api.scenario import LoadProfile
 from sreforge.load import (
     GeneratorProcess,
     LoadGenerator,
-    generator_command,
+    generator_argv,
     read_port_file,
     start_server,
 )
@@ -190,7 +190,7 @@ def test_subprocess_rate_within_10_percent(echo: Echo, tmp_path: Path) -> None:
     )
     port_file = tmp_path / "load.port"
     proc = subprocess.Popen(
-        generator_command(profile, echo.url, port_file, seed=1),
+        generator_argv(profile, echo.url, port_file=port_file, seed=1),
         env=ENV,
         stdin=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -246,7 +246,7 @@ def test_subprocess_sigterm_with_requests_in_flight_exits_0_within_2s(
 def test_subprocess_ends_by_itself_after_duration(echo: Echo, tmp_path: Path) -> None:
     profile = LoadProfile(rate=40, duration_seconds=2, path="/fast/{id}")
     proc = subprocess.run(
-        generator_command(profile, echo.url, tmp_path / "p"),
+        generator_argv(profile, echo.url, port_file=tmp_path / "p"),
         env=ENV,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -264,11 +264,9 @@ def test_subprocess_ends_by_itself_after_duration(echo: Echo, tmp_path: Path) ->
 
 
 def test_subprocess_rejects_a_bad_profile(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "sreforge.load", "--target", "http://127.0.0.1:1",
-         "--profile-json", '{"rate": 0}', "--port-file", str(tmp_path / "p")],
-        env=ENV, capture_output=True, text=True, timeout=15, check=False,
-    )  # fmt: skip
+    argv = generator_argv(LoadProfile(rate=1), "http://127.0.0.1:1", port_file=tmp_path / "p")
+    argv[argv.index("--profile-json") + 1] = '{"rate": 0}'  # what no LoadProfile can hold
+    proc = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=15, check=False)
     assert proc.returncode == 2
     assert "rate" in proc.stderr
     assert not (tmp_path / "p").exists()

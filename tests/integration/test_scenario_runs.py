@@ -26,7 +26,7 @@ import pytest
 from tests.runs import ROOT, agent_args, cli_env, sreforge_run
 
 from sreforge import catalogue
-from sreforge.api.scenario import discover
+from sreforge.scenarios import discover
 
 SUSTAIN = "30"
 CONTROL = "15"

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from sreforge import catalogue
-from sreforge.api.scenario import Scenario, discover, load_scenario
+from sreforge.api.scenario import Scenario
 from sreforge.api.verdict import Reason
+from sreforge.scenarios import decoys, discover, fixes, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 STAMPEDE = load_scenario(ROOT / "scenarios" / "latency-cache-stampede")
@@ -19,13 +20,13 @@ STAMPEDE = load_scenario(ROOT / "scenarios" / "latency-cache-stampede")
 
 def test_cases_fixes_then_empty_then_decoys_with_the_fast_subset_marked() -> None:
     cs = catalogue.cases(STAMPEDE)
-    assert [c.expected for c in cs] == ["pass"] * len(STAMPEDE.fixes()) + ["fail"] * (
-        1 + len(STAMPEDE.decoys())
+    assert [c.expected for c in cs] == ["pass"] * len(fixes(STAMPEDE)) + ["fail"] * (
+        1 + len(decoys(STAMPEDE))
     )
     assert [c.label for c in cs if c.fast] == [
-        f"fixes/{STAMPEDE.fixes()[0].name}",
+        f"fixes/{fixes(STAMPEDE)[0].name}",
         "empty",
-        f"decoys/{STAMPEDE.decoys()[0].name}",
+        f"decoys/{decoys(STAMPEDE)[0].name}",
     ]
     assert [c.control for c in cs].count(True) == 1
     assert cs[0].control
@@ -74,7 +75,7 @@ def test_judged_names_every_mismatch(
     label: str, rec: dict[str, object], problem: str | None
 ) -> None:
     cs = {c.label.split("/")[-1].removesuffix(".patch"): c for c in catalogue.cases(STAMPEDE)}
-    case = cs[STAMPEDE.fixes()[0].stem] if label == "fix" else cs[label]
+    case = cs[fixes(STAMPEDE)[0].stem] if label == "fix" else cs[label]
     _, mismatch = catalogue.judged(case, rec)
     if problem is None:
         assert mismatch is None
@@ -129,9 +130,9 @@ def test_every_patch_applies_to_the_regressed_tree(scenario: Scenario, tmp_path:
     shutil.copytree(scenario.source_path(ROOT), tree)
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path)}
     subprocess.run(["git", "apply", str(scenario.regression_path)], cwd=tree, env=env, check=True)
-    assert len(scenario.fixes()) >= 2
-    assert len(scenario.decoys()) >= 3
-    for patch in scenario.fixes() + scenario.decoys():
+    assert len(fixes(scenario)) >= 2
+    assert len(decoys(scenario)) >= 3
+    for patch in fixes(scenario) + decoys(scenario):
         res = subprocess.run(
             ["git", "apply", "--check", str(patch)],
             cwd=tree,

@@ -45,8 +45,9 @@ from tests.reliability_cases import case
 
 from sreforge.api import CIStatus
 from sreforge.api.resources import IncidentSpec, SubmissionSpec
-from sreforge.api.scenario import ScenarioError, load_scenario
+from sreforge.api.scenario import ScenarioError
 from sreforge.runtime import ci
+from sreforge.scenarios import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "latency-cache-stampede"

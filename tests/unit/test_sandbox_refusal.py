@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sreforge.api.scenario import load_scenario
 from sreforge.runtime import sandbox
 from sreforge.runtime.local import LocalRun, RunOptions
+from sreforge.scenarios import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "latency-cache-stampede"

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sreforge.api import ScenarioError, discover, load_scenario
+from sreforge.api import ScenarioError
 from sreforge.api.resources import IncidentSpec
+from sreforge.scenarios import decoys, discover, fixes, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "scenarios"
@@ -22,8 +23,8 @@ def test_every_scenario_in_the_catalogue_loads() -> None:
         p.parent.name for p in SCENARIOS.glob("*/scenario.toml")
     )
     for s in scenarios:
-        assert s.fixes(), f"{s.name} has no fixes"
-        assert s.decoys(), f"{s.name} has no decoys"
+        assert fixes(s), f"{s.name} has no fixes"
+        assert decoys(s), f"{s.name} has no decoys"
         assert (ROOT / s.service.source).is_dir()
         for up in s.service.upstreams:
             assert (ROOT / up.source).is_dir(), f"{s.name}: upstream {up.name} has no source"

@@ -1,4 +1,4 @@
-"""Pure data models: scenarios, observations, verdicts. No I/O beyond reading a scenario file."""
+"""Pure data models: scenarios, observations, verdicts. No I/O (sreforge.scenarios reads files)."""
 
 from sreforge.api.observation import AlertSample, CIResult, CIStatus, LoadStats
 from sreforge.api.scenario import (
@@ -9,8 +9,6 @@ from sreforge.api.scenario import (
     UpstreamSpec,
     VerifySpec,
     Weights,
-    discover,
-    load_scenario,
 )
 from sreforge.api.verdict import Reason, Signal, SignalName, Verdict
 
@@ -30,6 +28,4 @@ __all__ = [
     "Verdict",
     "VerifySpec",
     "Weights",
-    "discover",
-    "load_scenario",
 ]

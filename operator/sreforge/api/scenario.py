@@ -1,12 +1,14 @@
-"""The scenario format: `scenarios/<name>/scenario.toml` and the files it names."""
+"""The scenario format: `scenarios/<name>/scenario.toml` and the files it names.
+
+Pure models: paths are values here; sreforge.scenarios reads them.
+"""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Seconds = Annotated[int, Field(ge=1, le=86_400)]
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -167,7 +169,7 @@ class Scenario(_Model):
     load: LoadProfile
     verify: VerifySpec = VerifySpec()
 
-    # Set by the loader, not by scenario.toml.
+    # Set by the loader (sreforge.scenarios), not by scenario.toml.
     directory: Path = Field(default=Path(), exclude=True)
 
     @property
@@ -186,57 +188,5 @@ class Scenario(_Model):
     def root_cause_path(self) -> Path:
         return self.directory / "root_cause.md"
 
-    def fixes(self) -> list[Path]:
-        return sorted((self.directory / "fixes").glob("*.patch"))
-
-    def decoys(self) -> list[Path]:
-        return sorted((self.directory / "decoys").glob("*.patch"))
-
     def source_path(self, repo_root: Path) -> Path:
         return (repo_root / self.service.source).resolve()
-
-
-def _format_validation(file: Path, err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        lines.append(f"{file}: {field}: {e['msg']}")
-    return "\n".join(lines)
-
-
-def load_scenario(path: Path | str) -> Scenario:
-    """Load and validate a scenario from its directory (or its scenario.toml).
-
-    Raises ScenarioError whose message names the file, the field and the problem.
-    """
-    path = Path(path)
-    directory = path.parent if path.name == "scenario.toml" else path
-    file = directory / "scenario.toml"
-    if not file.is_file():
-        raise ScenarioError(f"{file}: no such file (a scenario is a directory with scenario.toml)")
-    try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{file}: not valid TOML: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(f"{file}: not UTF-8 text: {exc}") from exc
-    if "directory" in data:
-        raise ScenarioError(f"{file}: directory: not a scenario.toml field")
-    try:
-        scenario = Scenario.model_validate({**data, "directory": directory.resolve()})
-    except ValidationError as exc:
-        raise ScenarioError(_format_validation(file, exc)) from exc
-    for label, required in (
-        ("rules", scenario.rules_path),
-        ("regression", scenario.regression_path),
-        ("brief", scenario.brief_path),
-        ("root cause", scenario.root_cause_path),
-    ):
-        if not required.is_file():
-            raise ScenarioError(f"{file}: {label}: {required.name} is missing in {directory}")
-    return scenario
-
-
-def discover(root: Path) -> list[Scenario]:
-    """Every scenario under `root` (each subdirectory holding a scenario.toml), by name."""
-    return [load_scenario(p.parent) for p in sorted(root.glob("*/scenario.toml"))]

@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 from sreforge.api.scenario import KNOWN_ANSWER_ATTEMPTS, KNOWN_ANSWER_PARALLEL, LoadProfile
+from sreforge.load.command import generator_argv
 
 K6_IMAGE = "grafana/k6:0.54.0"
 K6_UID = 12345  # the `k6` user of the grafana/k6 image
@@ -322,21 +323,14 @@ def render_generator_job(
     """A batch/v1 Job running the built-in generator (``python -m sreforge.load``) from the
     operator ``image``, with the security context of render_k6_job; it serves the
     ``sreforge_load_*`` series on ``:9100/metrics`` (container port named ``metrics``)."""
-    args = [
-        "python",
-        "-m",
-        "sreforge.load",
-        "--target",
+    args = generator_argv(
+        profile,
         target_url.rstrip("/"),
-        "--profile-json",
-        profile.model_dump_json(),
-        "--listen",
-        f"0.0.0.0:{METRICS_PORT}",
-        "--port-file",
-        "/tmp/sreforge-load.port",
-    ]
-    if seed is not None:
-        args += ["--seed", str(seed)]
+        listen=f"0.0.0.0:{METRICS_PORT}",
+        port_file="/tmp/sreforge-load.port",
+        seed=seed,
+        python="python",  # the image's interpreter
+    )
     container = {
         "name": "load",
         "image": image,

@@ -5,41 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import IO
 
 from sreforge.api.scenario import LoadProfile
-from sreforge.runtime.process import die_with_parent
-
-
-def generator_command(
-    profile: LoadProfile,
-    target: str,
-    port_file: Path | str,
-    *,
-    listen: str = "127.0.0.1:0",
-    seed: int | None = None,
-    python: str = sys.executable,
-) -> list[str]:
-    """The argv that runs ``profile`` against ``target``, writing its port to ``port_file``."""
-    argv = [
-        python,
-        "-m",
-        "sreforge.load",
-        "--target",
-        target,
-        "--profile-json",
-        profile.model_dump_json(),
-        "--listen",
-        listen,
-        "--port-file",
-        str(port_file),
-    ]
-    if seed is not None:
-        argv += ["--seed", str(seed)]
-    return argv
+from sreforge.children import die_with_parent
+from sreforge.load.command import generator_argv
 
 
 def read_port_file(
@@ -91,7 +63,7 @@ class GeneratorProcess:
             root = str(Path(__file__).resolve().parents[2])
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self.proc: subprocess.Popen[bytes] = subprocess.Popen(
-            generator_command(profile, target, self.port_file, listen=listen, seed=seed),
+            generator_argv(profile, target, listen=listen, port_file=self.port_file, seed=seed),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,

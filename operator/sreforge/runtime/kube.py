@@ -51,11 +51,12 @@ from sreforge.api.resources import (
     IncidentSpec,
     SubmissionSpec,
 )
-from sreforge.api.scenario import LoadProfile, Scenario, ScenarioError, VerifySpec, load_scenario
+from sreforge.api.scenario import LoadProfile, Scenario, ScenarioError, VerifySpec
 from sreforge.api.verdict import Verdict
 from sreforge.load import k6
 from sreforge.loop import SAMPLED_PHASES, Action, Phase, RunState
 from sreforge.runtime import ci, failpoint
+from sreforge.scenarios import load_scenario
 from sreforge.telemetry import Telemetry
 
 REPO_SCENARIOS = Path(__file__).resolve().parents[3] / "scenarios"

@@ -25,6 +25,7 @@ from typing import Any
 from sreforge import loop, oracle
 from sreforge.api.observation import AlertSample, CIResult, CIStatus
 from sreforge.api.scenario import Scenario
+from sreforge.load.command import generator_argv
 from sreforge.loop import Phase, RunState
 from sreforge.runtime import ci, contention, sandbox
 from sreforge.runtime.driver import Driver
@@ -281,22 +282,14 @@ class LocalRun:
         self._say("starting the healthy build under load")
         self._swap_service(self.healthy, "healthy")
         port_file = self.dir / "loadgen.port"
-        profile = self.scenario.load.model_dump_json()
         self.loadgen = self._spawn(
             "loadgen",
-            [
-                "python",
-                "-m",
-                "sreforge.load",
-                "--target",
+            generator_argv(
+                self.scenario.load,
                 f"http://127.0.0.1:{self.service_port}",
-                "--profile-json",
-                profile,
-                "--listen",
-                "127.0.0.1:0",
-                "--port-file",
-                str(port_file),
-            ],
+                listen="127.0.0.1:0",
+                port_file=port_file,
+            ),
             env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         )
         self.loadgen_port = int(self.loadgen.wait_file(port_file, 20))

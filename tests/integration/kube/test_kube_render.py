@@ -18,8 +18,8 @@ import pytest
 from tests.kubeenv import REPO_ROOT
 
 from sreforge.api.observation import CIStatus
-from sreforge.api.scenario import load_scenario
 from sreforge.runtime import kube
+from sreforge.scenarios import load_scenario
 
 SCENARIO = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
 CFG = kube.OperatorConfig()

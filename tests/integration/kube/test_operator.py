@@ -28,8 +28,8 @@ import yaml
 from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin, wait_for
 
 from sreforge.api.resources import GROUP, VERSION, IncidentSpec
-from sreforge.api.scenario import load_scenario
 from sreforge.runtime.prometheus import PrometheusServer, prometheus_binary
+from sreforge.scenarios import fixes, load_scenario
 
 pytestmark = pytest.mark.kube
 
@@ -37,7 +37,7 @@ NS = "sreforge-op"
 SCENARIO = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
 HEALTHY = "sreforge/catalog:healthy"
 REGRESSED = "sreforge/catalog:regressed"
-FIX = SCENARIO.fixes()[0]
+FIX = fixes(SCENARIO)[0]
 
 
 class Operator:

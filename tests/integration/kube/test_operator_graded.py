@@ -51,6 +51,7 @@ from tests.standin import StandIn, catalog_image, catalog_tree, operator_image
 
 from sreforge.api.resources import GROUP, VERSION
 from sreforge.loop import Phase
+from sreforge.scenarios import decoys, fixes
 
 pytestmark = [pytest.mark.kube, pytest.mark.graded]
 
@@ -179,7 +180,7 @@ def assert_nothing_internal(env: dict[str, Any], inc: dict[str, Any]) -> None:
     lines = [ln.strip() for ln in SCENARIO.root_cause_path.read_text().splitlines()]
     for line in (ln for ln in lines if len(ln) >= 40):
         assert line not in readable, line
-    for patch in SCENARIO.fixes() + SCENARIO.decoys():
+    for patch in fixes(SCENARIO) + decoys(SCENARIO):
         assert patch.name not in readable, patch.name
 
 

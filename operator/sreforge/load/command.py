@@ -1,0 +1,41 @@
+"""The one command line of ``python -m sreforge.load``, wherever the generator is started:
+as a local child process, in a cluster Job, by a test or a benchmark."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from sreforge.api.scenario import LoadProfile
+
+
+def generator_argv(
+    profile: LoadProfile,
+    target: str,
+    *,
+    listen: str = "127.0.0.1:0",
+    port_file: Path | str | None = None,
+    seed: int | None = None,
+    python: str = sys.executable,
+) -> list[str]:
+    """The argv that runs ``profile`` against ``target``, serving its metrics on ``listen``
+    (HOST:PORT, port 0 for any) and writing the bound port to ``port_file`` if given.
+
+    ``python`` is the interpreter: this one by default, ``"python"`` in a container image.
+    """
+    argv = [
+        python,
+        "-m",
+        "sreforge.load",
+        "--target",
+        target,
+        "--profile-json",
+        profile.model_dump_json(),
+        "--listen",
+        listen,
+    ]
+    if port_file is not None:
+        argv += ["--port-file", str(port_file)]
+    if seed is not None:
+        argv += ["--seed", str(seed)]
+    return argv
