@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
+# chromium: the report's PNG/PDF rendering tests; node: the k6 script checks
 for bin in prometheus:prometheus promtool:prometheus redis-server:redis-server git:git \
-  shellcheck:shellcheck; do
+  shellcheck:shellcheck chromium:chromium node:nodejs; do
   command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin##*:}")
 done
 if [ "${#need[@]}" -gt 0 ]; then
