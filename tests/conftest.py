@@ -38,9 +38,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+def pytest_runtest_makereport() -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """In CI (CI=true) a skipped test fails: every tool the suite needs is installed by
     scripts/setup.sh, so a skip there means a missing install step, never a pass."""
     report = yield

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from sreforge import catalogue, judge, leaderboard, report
+from sreforge.api.record import RunRecord
 from sreforge.api.scenario import ScenarioError
 from sreforge.api.verdict import Reason
 from sreforge.runtime.local import LocalRun, RunOptions
@@ -55,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     try:
         run = LocalRun(scenario, repo_root(), opts)
-        record = run.execute()
+        record = RunRecord.model_validate(run.execute())
     except (ProcessError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -66,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 130
     run_dir = run.dir
-    if record.get("submission", {}).get("rca"):
+    if record.submission.rca:
         judge.judge_run(run_dir)
     try:
         _png, html = report.write_report(run_dir)
@@ -74,27 +75,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:  # the verdict stands without its picture
         print(f"warning: report not written: {exc}", file=sys.stderr)
     _print_summary(record, run_dir)
-    if record["passed"]:
+    if record.passed:
         return EXIT_PASSED
-    if record["reason"] in (Reason.INCONCLUSIVE.value, Reason.ALERT_NEVER_FIRED.value):
+    if record.reason in (Reason.INCONCLUSIVE, Reason.ALERT_NEVER_FIRED):
         return EXIT_ERROR
     return EXIT_FAILED
 
 
-def _print_summary(record: dict[str, object], run_dir: Path) -> None:
-    signals = record.get("signals", {})
-    assert isinstance(signals, dict)
-    print(f"\nrun      {record['runId']}")
+def _print_summary(record: RunRecord, run_dir: Path) -> None:
+    print(f"\nrun      {record.run_id}")
     print(
-        f"verdict  {'PASSED' if record['passed'] else 'FAILED'}  reason={record['reason']}  "
-        f"score={record['score']:.3f} (pass bar {record['passThreshold']})"
+        f"verdict  {'PASSED' if record.passed else 'FAILED'}  reason={record.reason}  "
+        f"score={record.score:.3f} (pass bar {record.pass_threshold})"
     )
-    print(f"message  {record['message']}")
+    print(f"message  {record.message}")
     print(f"{'signal':<16} {'value':>8} {'credit':>7} {'weight':>7}  detail")
-    for name, s in signals.items():
-        value = s["value"]
+    for name, s in record.signals.items():
+        value = s.value
         shown = f"{value:.1f}s" if isinstance(value, float) else str(value)
-        print(f"{name:<16} {shown:>8} {s['credit']:>7.2f} {s['weight']:>7.2f}  {s['detail']}")
+        print(f"{name:<16} {shown:>8} {s.credit:>7.2f} {s.weight:>7.2f}  {s.detail}")
     print(f"record   {run_dir / 'record.json'}")
 
 

@@ -8,7 +8,11 @@ The judge is any OpenAI-compatible chat-completions API, configured by environme
     RCA_JUDGE_TIMEOUT_SECONDS  total deadline for one judge call (default 60)
 
 A model never grades its own RCA: when the judge model is the model under test
-(`submission.agentModel` in record.json, or `SREFORGE_AGENT_MODEL`) judging is refused.
+(`submission.agentModel` of the run record, or `SREFORGE_AGENT_MODEL`) judging is refused.
+
+Two entry points: `judge_record` takes a `RunRecord` and the RCA's text and returns the
+diagnosis (the operator, which has both in memory); `judge_run` reads a run directory's
+record.json and the RCA file it names, and writes diagnosis.json beside them (the CLI).
 
 Best-effort: anything that prevents a diagnosis (no judge, no RCA, judge down, HTTP
 error, timeout, unparseable answer) logs ONE `warning: diagnosis skipped: ...` line,
@@ -25,7 +29,7 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,6 +41,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sreforge.api.diagnosis import Diagnosis, JudgeAnswerError, build_messages, parse_answer
+from sreforge.api.record import RunRecord
 
 RECORD_FILE = "record.json"
 DIAGNOSIS_FILE = "diagnosis.json"
@@ -55,25 +60,36 @@ class _Skipped(Exception):
     """A reason not to write a diagnosis; its message becomes the one warning line."""
 
 
-class _Record(BaseModel):
+class _Ref(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
 
-class _ScenarioRef(_Record):
+class _ScenarioRef(_Ref):
     path: str = Field(min_length=1)
 
 
-class _SubmissionRef(_Record):
+class _SubmissionRef(_Ref):
     agent_model: str | None = Field(default=None, alias="agentModel")
     rca: str | None = None
 
 
-class _RunRecord(_Record):
-    """The fields of record.json the judge reads; everything else is left alone."""
+class _Judged(_Ref):
+    """What the judge reads of a run record: its id, the scenario (for the truth), the
+    model under test and the RCA's file name."""
 
     run_id: str = Field(alias="runId", min_length=1)
     scenario: _ScenarioRef
     submission: _SubmissionRef | None = None
+
+    @classmethod
+    def of(cls, record: RunRecord) -> _Judged:
+        return cls(
+            run_id=record.run_id,
+            scenario=_ScenarioRef(path=record.scenario.path),
+            submission=_SubmissionRef(
+                agent_model=record.submission.agent_model, rca=record.submission.rca
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -124,7 +140,9 @@ def _config_from_env(env: Mapping[str, str]) -> _JudgeConfig:
     return _JudgeConfig(base_url=base_url, model=model, api_key=api_key, timeout_seconds=timeout)
 
 
-def _read_record(run_dir: Path) -> _RunRecord:
+def _read_record(run_dir: Path) -> _Judged:
+    """record.json through the RunRecord model. A file holding only the fields the judge
+    reads (a stand-in some callers and tests still write) is judged from those."""
     path = run_dir / RECORD_FILE
     try:
         raw = path.read_bytes()
@@ -133,7 +151,11 @@ def _read_record(run_dir: Path) -> _RunRecord:
     except OSError as e:
         raise _Skipped(f"cannot read {path}: {e.strerror or e}") from None
     try:
-        return _RunRecord.model_validate_json(raw)
+        return _Judged.of(RunRecord.model_validate_json(raw))
+    except ValidationError:
+        pass
+    try:
+        return _Judged.model_validate_json(raw)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "record"
@@ -145,7 +167,7 @@ def _model_identity(name: str) -> str:
     return name.strip().casefold().rsplit("/", 1)[-1]
 
 
-def _refuse_self_judging(config: _JudgeConfig, record: _RunRecord, env: Mapping[str, str]) -> None:
+def _refuse_self_judging(config: _JudgeConfig, record: _Judged, env: Mapping[str, str]) -> None:
     recorded = record.submission.agent_model if record.submission else None
     candidates = {
         "record.json submission.agentModel": recorded,
@@ -160,7 +182,7 @@ def _refuse_self_judging(config: _JudgeConfig, record: _RunRecord, env: Mapping[
             )
 
 
-def _read_rca(run_dir: Path, record: _RunRecord) -> str:
+def _read_rca(run_dir: Path, record: _Judged) -> str:
     name = record.submission.rca if record.submission else None
     if not name:
         raise _Skipped("no RCA submitted")
@@ -176,12 +198,21 @@ def _read_rca(run_dir: Path, record: _RunRecord) -> str:
         raise _Skipped(f"RCA file {name} is missing from {run_dir}") from None
     except OSError as e:
         raise _Skipped(f"cannot read RCA {path}: {e.strerror or e}") from None
+    return _checked_rca(text, name)
+
+
+def _checked_rca(text: str | None, name: str) -> str:
+    if text is None:
+        raise _Skipped("no RCA submitted")
+    size = len(text.encode("utf-8"))
+    if size > MAX_RCA_BYTES:
+        raise _Skipped(f"RCA {name} is too large ({size} bytes > {MAX_RCA_BYTES})")
     if not text.strip():
         raise _Skipped(f"RCA {name} is empty")
     return text
 
 
-def _read_truth(record: _RunRecord) -> str:
+def _read_truth(record: _Judged) -> str:
     path = Path(record.scenario.path) / TRUTH_FILE
     try:
         text = path.read_text(encoding="utf-8")
@@ -275,20 +306,30 @@ def _write_atomically(path: Path, text: str) -> None:
         raise
 
 
-async def _judge(run_dir: Path, env: Mapping[str, str]) -> Diagnosis:
-    config = _config_from_env(env)
-    record = _read_record(run_dir)
-    _refuse_self_judging(config, record, env)
-    rca = _read_rca(run_dir, record)
+async def _diagnose(config: _JudgeConfig, record: _Judged, rca: str) -> Diagnosis:
     truth = _read_truth(record)
     content = await _ask(config, build_messages(truth, rca))
     try:
         answer = parse_answer(content)
     except JudgeAnswerError as e:
         raise _Skipped(str(e)) from None
-    diagnosis = Diagnosis.from_answer(
+    return Diagnosis.from_answer(
         answer, judge_model=config.model, judged_at=datetime.now(UTC), run_id=record.run_id
     )
+
+
+async def _judge_record(record: RunRecord, rca: str | None, env: Mapping[str, str]) -> Diagnosis:
+    config = _config_from_env(env)
+    judged = _Judged.of(record)
+    _refuse_self_judging(config, judged, env)
+    return await _diagnose(config, judged, _checked_rca(rca, "text"))
+
+
+async def _judge_run(run_dir: Path, env: Mapping[str, str]) -> Diagnosis:
+    config = _config_from_env(env)
+    record = _read_record(run_dir)
+    _refuse_self_judging(config, record, env)
+    diagnosis = await _diagnose(config, record, _read_rca(run_dir, record))
     target = run_dir / DIAGNOSIS_FILE
     try:
         _write_atomically(target, diagnosis.model_dump_json(by_alias=True, indent=2) + "\n")
@@ -302,6 +343,54 @@ def _one_line(text: str, limit: int = 400) -> str:
     return flat if len(flat) <= limit else flat[:limit] + "..."
 
 
+async def _best_effort(
+    judging: Coroutine[Any, Any, Diagnosis], log: Callable[[str], None]
+) -> Diagnosis | None:
+    try:
+        return await judging
+    except _Skipped as skipped:
+        log(WARNING_PREFIX + _one_line(str(skipped)))
+    except Exception as e:  # a diagnosis must never fail a run, whatever went wrong
+        log(WARNING_PREFIX + _one_line(f"unexpected {type(e).__name__}: {e}"))
+    return None
+
+
+def _run_sync(judging: Coroutine[Any, Any, Diagnosis | None]) -> Diagnosis | None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(judging)
+    # Inside a running event loop (e.g. an async handler) a nested asyncio.run is illegal.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sreforge-judge") as pool:
+        return pool.submit(asyncio.run, judging).result()
+
+
+async def judge_record_async(
+    record: RunRecord,
+    rca: str | None,
+    *,
+    env: Mapping[str, str] | None = None,
+    log: Callable[[str], None] = _warn,
+) -> Diagnosis | None:
+    """Judge `rca`, the RCA submitted for the run `record` describes; return the diagnosis
+    or None. Nothing is read but the scenario's truth, nothing is written.
+
+    Best-effort: on any reason not to judge, log one warning line and return None.
+    """
+    return await _best_effort(_judge_record(record, rca, os.environ if env is None else env), log)
+
+
+def judge_record(
+    record: RunRecord,
+    rca: str | None,
+    *,
+    env: Mapping[str, str] | None = None,
+    log: Callable[[str], None] = _warn,
+) -> Diagnosis | None:
+    """Synchronous `judge_record_async`."""
+    return _run_sync(judge_record_async(record, rca, env=env, log=log))
+
+
 async def judge_run_async(
     run_dir: Path,
     *,
@@ -312,13 +401,7 @@ async def judge_run_async(
 
     Best-effort: on any reason not to judge, log one warning line and return None.
     """
-    try:
-        return await _judge(Path(run_dir), os.environ if env is None else env)
-    except _Skipped as skipped:
-        log(WARNING_PREFIX + _one_line(str(skipped)))
-    except Exception as e:  # a diagnosis must never fail a run, whatever went wrong
-        log(WARNING_PREFIX + _one_line(f"unexpected {type(e).__name__}: {e}"))
-    return None
+    return await _best_effort(_judge_run(Path(run_dir), os.environ if env is None else env), log)
 
 
 def judge_run(
@@ -328,13 +411,7 @@ def judge_run(
     log: Callable[[str], None] = _warn,
 ) -> Diagnosis | None:
     """Synchronous `judge_run_async`: judge the run's RCA, write diagnosis.json, or warn once."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(judge_run_async(run_dir, env=env, log=log))
-    # Inside a running event loop (e.g. an async handler) a nested asyncio.run is illegal.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sreforge-judge") as pool:
-        return pool.submit(asyncio.run, judge_run_async(run_dir, env=env, log=log)).result()
+    return _run_sync(judge_run_async(run_dir, env=env, log=log))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

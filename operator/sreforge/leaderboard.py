@@ -1,6 +1,6 @@
 """`sreforge runs [--runs-dir DIR] [--json]`: every recorded run, and a per-scenario summary.
 
-One row per run directory holding a readable record.json. Ungraded runs (`Inconclusive`,
+One row per run directory whose record.json loads as a `RunRecord`. Ungraded runs (`Inconclusive`,
 a harness fault, and `AlertNeverFired`, where nothing was ever handed off) are listed but
 counted apart: DESIGN.md leaves them out of scores, so they are excluded from the pass rate
 and the mean score.
@@ -15,9 +15,11 @@ import shlex
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-UNGRADED_REASONS = frozenset({"Inconclusive", "AlertNeverFired"})
+from sreforge.api.record import RunRecord
+from sreforge.api.verdict import Reason
+
+UNGRADED_REASONS = frozenset({Reason.INCONCLUSIVE.value, Reason.ALERT_NEVER_FIRED.value})
 INTERPRETERS = re.compile(r"python[0-9.]*|pypy[0-9.]*|sh|bash|node|env|uv|uvx")
 
 
@@ -49,18 +51,12 @@ class ScenarioSummary:
     meanScore: float | None
 
 
-def _opt_float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _label(source: Any) -> str:
+def _label(source: str | None) -> str:
     """Basename of submission.source: a patch path, or for an agent command the basename of
     its first word that is not an interpreter or an option ("python agents/a.py -x" -> a.py)."""
     if not source:
         return "-"
-    text = str(source).strip()
+    text = source.strip()
     try:
         words = shlex.split(text)
     except ValueError:
@@ -72,52 +68,32 @@ def _label(source: Any) -> str:
     return Path(text).name or "-"
 
 
-def _obj(record: dict[str, Any], key: str) -> dict[str, Any]:
-    value = record.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _row(record: Any) -> RunRow:
-    """A RunRow from a parsed record; ValueError if it lacks what a row needs."""
-    if not isinstance(record, dict):
-        raise ValueError("record is not an object")
-    try:
-        scenario = record["scenario"]["name"]
-        run_id = record["runId"]
-        passed = record["passed"]
-        score = record["score"]
-        reason = record["reason"]
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"missing field {exc}") from exc
-    if not isinstance(passed, bool) or _opt_float(score) is None:
-        raise ValueError("passed/score have the wrong type")
-    submission, wall, stamps = (
-        _obj(record, key) for key in ("submission", "wallTimeSeconds", "timestamps")
-    )
+def _row(record: RunRecord) -> RunRow:
+    started = record.timestamps.started
     return RunRow(
-        scenario=str(scenario),
-        runId=str(run_id),
-        label=_label(submission.get("source")),
-        passed=passed,
-        score=float(score),
-        reason=str(reason),
-        timeToClearSeconds=_opt_float(record.get("timeToClearSeconds")),
-        durationSeconds=_opt_float(wall.get("total")),
-        started=stamps.get("started"),
+        scenario=record.scenario.name,
+        runId=record.run_id,
+        label=_label(record.submission.source),
+        passed=record.passed,
+        score=record.score,
+        reason=record.reason.value,
+        timeToClearSeconds=record.time_to_clear_seconds,
+        durationSeconds=record.wall_time_seconds.get("total"),
+        started=None if started is None else started.isoformat(),
     )
 
 
 def collect_with_skipped(runs_dir: Path) -> tuple[list[RunRow], list[Path]]:
     """All readable runs under runs_dir (by start time), and the run dirs that were skipped
-    (no record.json yet, unreadable or malformed)."""
+    (no record.json yet, unreadable, or not a run record)."""
     rows: list[RunRow] = []
     skipped: list[Path] = []
     if not Path(runs_dir).is_dir():
         return rows, skipped
     for d in sorted(p for p in Path(runs_dir).iterdir() if p.is_dir()):
         try:
-            rows.append(_row(json.loads((d / "record.json").read_text(encoding="utf-8"))))
-        except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            rows.append(_row(RunRecord.model_validate_json((d / "record.json").read_bytes())))
+        except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
             skipped.append(d)
     rows.sort(key=lambda r: (r.started or "", r.runId))
     return rows, skipped

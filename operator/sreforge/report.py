@@ -1,7 +1,7 @@
 """`sreforge report RUN_DIR`: a run's timeline.png and a self-contained report.html.
 
-Inputs are what every `sreforge run` leaves behind: record.json (the verdict, the oracle's
-samples, timestamps) and metrics.json (Prometheus range queries of the load generator's
+Inputs are what every `sreforge run` leaves behind: record.json (a `RunRecord`: the verdict,
+the oracle's samples, timestamps) and metrics.json (Prometheus range queries of the load generator's
 client-side series). metrics.json is best-effort: when it is missing or its series are
 empty, the request-rate and error panels fall back to the oracle's own samples and the
 latency panel says there is no data. The HTML embeds the PNG as a data URI and uses only
@@ -25,10 +25,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from sreforge.api.observation import AlertSample
+from sreforge.api.record import RunRecord
+
 PASS_COLOUR = "#1a7f37"
 FAIL_COLOUR = "#cf222e"
 UNGRADED_COLOUR = "#9a6700"  # Inconclusive / AlertNeverFired: a harness outcome, not a grade
-UNGRADED_REASONS = ("Inconclusive", "AlertNeverFired")
 
 STATE_COLOURS = {"firing": "#d1242f", "pending": "#f0a020", "inactive": "#2da44e"}
 UNKNOWN_COLOUR = "#8c959f"  # the oracle saw no firing set (Prometheus unreachable)
@@ -54,16 +56,10 @@ TIMESTAMP_KEYS = (
 )
 
 
-def _epoch(value: Any) -> float | None:
-    """An ISO-8601 timestamp (or unix seconds) as unix seconds; None if absent or unparsable."""
-    if value is None:
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    try:
-        return datetime.fromisoformat(str(value)).timestamp()
-    except ValueError:
-        return None
+def _epochs(record: RunRecord) -> dict[str, float | None]:
+    """The record's timestamps as unix seconds, by their record.json keys."""
+    stamps: dict[str, datetime | None] = record.timestamps.model_dump(by_alias=True)
+    return {key: None if t is None else t.timestamp() for key, t in stamps.items()}
 
 
 def _float(value: Any) -> float:
@@ -99,23 +95,21 @@ def _load_metrics(run_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _sample_state(sample: dict[str, Any], target: str) -> str:
-    firing = sample.get("firing")
-    if firing is None:
+def _sample_state(sample: AlertSample, target: str) -> str:
+    if sample.firing is None:
         return "unknown"
-    if target in firing:
+    if target in sample.firing:
         return "firing"
-    if target in (sample.get("pending") or []):
+    if target in sample.pending:
         return "pending"
     return "inactive"
 
 
-def _verdict_label(record: dict[str, Any]) -> tuple[str, str]:
-    reason = str(record.get("reason", ""))
-    if record.get("passed"):
+def _verdict_label(record: RunRecord) -> tuple[str, str]:
+    if record.passed:
         return "PASSED", PASS_COLOUR
-    if reason in UNGRADED_REASONS:
-        return reason.upper(), UNGRADED_COLOUR
+    if not record.graded:
+        return record.reason.value.upper(), UNGRADED_COLOUR
     return "FAILED", FAIL_COLOUR
 
 
@@ -150,19 +144,19 @@ def _no_data(ax: Any, text: str = "no data") -> None:
     )
 
 
-def render_timeline(record: dict[str, Any], metrics: dict[str, Any], out: Path) -> Path:
+def render_timeline(record: RunRecord, metrics: dict[str, Any], out: Path) -> Path:
     """Draw the four-panel run timeline into `out` (PNG)."""
-    timeline = [s for s in record.get("timeline") or [] if isinstance(s, dict) and "t" in s]
-    stamps = {k: _epoch(v) for k, v in (record.get("timestamps") or {}).items()}
-    origin_candidates = [stamps.get("started")] + [_float(s["t"]) for s in timeline[:1]]
+    timeline = record.timeline
+    stamps = _epochs(record)
+    origin_candidates = [stamps.get("started")] + [_float(s.t) for s in timeline[:1]]
     origin = next((t for t in origin_candidates if t is not None and not math.isnan(t)), 0.0)
 
     def rel(t: float) -> float:
         return t - origin
 
-    target = str((record.get("scenario") or {}).get("targetAlert", "target alert"))
-    sustain = _float((record.get("verify") or {}).get("sustain_seconds"))
-    samples_load = [(float(s["t"]), s["load"]) for s in timeline if isinstance(s.get("load"), dict)]
+    target = record.scenario.target_alert
+    sustain = _float(record.verify.sustain_seconds)
+    samples_load = [(s.t, s.load) for s in timeline if s.load is not None]
 
     fig, axes = plt.subplots(
         4,
@@ -188,12 +182,12 @@ def render_timeline(record: dict[str, Any], metrics: dict[str, Any], out: Path) 
                 (
                     "target (oracle samples)",
                     "#57606a",
-                    [(ts, [_float(ld.get("target_rate")) for _, ld in samples_load])],
+                    [(ts, [_float(ld.target_rate) for _, ld in samples_load])],
                 ),
                 (
                     "achieved (oracle samples)",
                     "#0969da",
-                    [(ts, [_float(ld.get("achieved_rate")) for _, ld in samples_load])],
+                    [(ts, [_float(ld.achieved_rate) for _, ld in samples_load])],
                 ),
             ],
         )
@@ -212,7 +206,7 @@ def render_timeline(record: dict[str, Any], metrics: dict[str, Any], out: Path) 
     if not _plot_lines(ax_err, rel, [("error ratio", "#cf222e", _series(metrics, "error_ratio"))]):
         if samples_load:
             ts = [t for t, _ in samples_load]
-            ys = [1.0 - _float(ld.get("success_ratio")) for _, ld in samples_load]
+            ys = [1.0 - _float(ld.success_ratio) for _, ld in samples_load]
             _plot_lines(
                 ax_err, rel, [("1 - success ratio (oracle samples)", "#cf222e", [(ts, ys)])]
             )
@@ -224,8 +218,8 @@ def render_timeline(record: dict[str, Any], metrics: dict[str, Any], out: Path) 
     # The target alert's state, one band per sample interval.
     seen: set[str] = set()
     for i, sample in enumerate(timeline):
-        t0 = _float(sample["t"])
-        t1 = _float(timeline[i + 1]["t"]) if i + 1 < len(timeline) else t0 + 1.0
+        t0 = _float(sample.t)
+        t1 = _float(timeline[i + 1].t) if i + 1 < len(timeline) else t0 + 1.0
         if math.isnan(t0) or math.isnan(t1):
             continue
         state = _sample_state(sample, target)
@@ -269,7 +263,7 @@ def render_timeline(record: dict[str, Any], metrics: dict[str, Any], out: Path) 
             )
         ax.grid(True, alpha=0.3)
     ends = [rel(t) for t in (stamps.get("recorded"),) if t is not None]
-    ends += [rel(_float(s["t"])) + 1.0 for s in timeline[-1:]]
+    ends += [rel(_float(s.t)) + 1.0 for s in timeline[-1:]]
     ends = [t for t in ends if not math.isnan(t)]
     if ends:
         ax_alert.set_xlim(min(0.0, *ends), max(ends))
@@ -277,7 +271,7 @@ def render_timeline(record: dict[str, Any], metrics: dict[str, Any], out: Path) 
         handles, _ = ax.get_legend_handles_labels()
         if handles:
             ax.legend(loc="upper right", fontsize=7, ncol=4 if ax is ax_alert else 2)
-    fig.suptitle(f"{record.get('runId', '')}", fontsize=11)
+    fig.suptitle(record.run_id, fontsize=11)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
@@ -327,28 +321,25 @@ def _kv_table(rows: list[tuple[str, Any]]) -> str:
     return f"<table>{body}</table>"
 
 
-def _signals_table(record: dict[str, Any]) -> str:
-    signals = record.get("signals") or {}
+def _signals_table(record: RunRecord) -> str:
     rows, total, weights = [], 0.0, 0.0
-    for name, sig in signals.items():
-        if not isinstance(sig, dict):
-            continue
-        credit, weight = _float(sig.get("credit")), _float(sig.get("weight"))
+    for name, sig in record.signals.items():
+        credit, weight = _float(sig.credit), _float(sig.weight)
         points = credit * weight
         if not math.isnan(points):
             total += points
         if not math.isnan(weight):
             weights += weight
         rows.append(
-            f"<tr><td>{_e(name)}</td><td>{_e(_fmt(sig.get('value')))}</td>"
+            f"<tr><td>{_e(name)}</td><td>{_e(_fmt(sig.value))}</td>"
             f"<td class='num'>{_e(_fmt(weight, 2))}</td><td class='num'>{_e(_fmt(credit))}</td>"
-            f"<td class='num'>{_e(_fmt(points, 4))}</td><td>{_e(sig.get('detail'))}</td></tr>"
+            f"<td class='num'>{_e(_fmt(points, 4))}</td><td>{_e(sig.detail)}</td></tr>"
         )
     rows.append(
         f"<tr class='total'><td>total</td><td></td><td class='num'>{_fmt(weights, 2)}</td>"
         f"<td></td><td class='num'>{_fmt(total, 4)}</td>"
-        f"<td>score {_e(_fmt(record.get('score'), 4))} vs pass bar "
-        f"{_e(_fmt(record.get('passThreshold')))}</td></tr>"
+        f"<td>score {_e(_fmt(record.score, 4))} vs pass bar "
+        f"{_e(_fmt(record.pass_threshold))}</td></tr>"
     )
     head = (
         "<tr><th>signal</th><th>value</th><th>weight</th><th>credit</th>"
@@ -357,14 +348,15 @@ def _signals_table(record: dict[str, Any]) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def _timestamps_table(record: dict[str, Any]) -> str:
-    stamps = record.get("timestamps") or {}
-    started = _epoch(stamps.get("started"))
+def _timestamps_table(record: RunRecord) -> str:
+    stamps: dict[str, str | None] = record.timestamps.model_dump(mode="json", by_alias=True)
+    epochs = _epochs(record)
+    started = epochs.get("started")
     keys = [k for k in TIMESTAMP_KEYS if k in stamps]
     keys += [k for k in stamps if k not in TIMESTAMP_KEYS]
     rows = []
     for key in keys:
-        t = _epoch(stamps.get(key))
+        t = epochs.get(key)
         offset = f"+{t - started:.1f}s" if t is not None and started is not None else "—"
         rows.append(
             f"<tr><th>{_e(key)}</th><td>{_e(stamps.get(key) or '— (not reached)')}</td>"
@@ -374,57 +366,50 @@ def _timestamps_table(record: dict[str, Any]) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def _load_rows(record: dict[str, Any]) -> list[tuple[str, Any]]:
-    load = record.get("load") or {}
+def _load_rows(record: RunRecord) -> list[tuple[str, Any]]:
+    load = record.load
     rows: list[tuple[str, Any]] = [
-        ("target rate (req/s)", load.get("targetRate")),
-        ("verify: mean achieved rate (req/s)", load.get("verifyAchievedRateMean")),
-        ("verify: max dropped ratio", load.get("verifyDroppedRatioMax")),
+        ("target rate (req/s)", load.target_rate),
+        ("verify: mean achieved rate (req/s)", load.verify_achieved_rate_mean),
+        ("verify: max dropped ratio", load.verify_dropped_ratio_max),
     ]
-    gen = load.get("generator") or {}
-    if isinstance(gen, dict):
-        for key in ("achieved_rate_total", "scheduled", "completed", "dropped", "max_in_flight"):
-            if key in gen:
-                rows.append((f"generator: {key}", gen[key]))
-        outcomes = gen.get("outcomes")
-        if isinstance(outcomes, dict):
-            rows.append(("generator: outcomes", ", ".join(f"{k}={v}" for k, v in outcomes.items())))
-    known = {"targetRate", "verifyAchievedRateMean", "verifyDroppedRatioMax", "generator"}
-    rows += [(k, v) for k, v in load.items() if k not in known and not isinstance(v, dict)]
+    gen = load.generator or {}
+    for key in ("achieved_rate_total", "scheduled", "completed", "dropped", "max_in_flight"):
+        if key in gen:
+            rows.append((f"generator: {key}", gen[key]))
+    outcomes = gen.get("outcomes")
+    if isinstance(outcomes, dict):
+        rows.append(("generator: outcomes", ", ".join(f"{k}={v}" for k, v in outcomes.items())))
     return rows
 
 
-def render_html(record: dict[str, Any], png: bytes | None) -> str:
+def render_html(record: RunRecord, png: bytes | None) -> str:
     label, colour = _verdict_label(record)
-    scenario = record.get("scenario") or {}
-    submission = record.get("submission") or {}
-    ci = record.get("ci") or {}
-    wall = record.get("wallTimeSeconds") or {}
+    scenario, submission, ci = record.scenario, record.submission, record.ci
     image = (
         f"<img alt='run timeline' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
         if png
         else "<p class='muted'>no timeline image</p>"
     )
-    new_alerts = record.get("newAlerts") or []
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-        f"<title>{_e(label)} {_e(record.get('runId'))}</title><style>{CSS}</style></head><body>",
+        f"<title>{_e(label)} {_e(record.run_id)}</title><style>{CSS}</style></head><body>",
         f"<div class='banner' id='verdict' style='background:{colour}'>",
         f"<h1>{_e(label)}</h1>",
-        f"<p>reason <b>{_e(record.get('reason'))}</b> — score {_e(_fmt(record.get('score'), 4))}"
-        f" vs pass bar {_e(_fmt(record.get('passThreshold')))}</p>",
-        f"<p>{_e(record.get('message'))}</p></div><main>",
+        f"<p>reason <b>{_e(record.reason)}</b> — score {_e(_fmt(record.score, 4))}"
+        f" vs pass bar {_e(_fmt(record.pass_threshold))}</p>",
+        f"<p>{_e(record.message)}</p></div><main>",
         _kv_table(
             [
-                ("run", record.get("runId")),
-                ("scenario", scenario.get("name")),
-                ("title", scenario.get("title")),
-                ("target alert", scenario.get("targetAlert")),
-                ("submission", f"{submission.get('kind')}: {submission.get('source')}"),
-                ("agent model", submission.get("agentModel")),
-                ("files changed", ", ".join(submission.get("filesChanged") or []) or None),
-                ("time to clear (s)", record.get("timeToClearSeconds")),
-                ("new alerts", ", ".join(map(str, new_alerts)) or "none"),
+                ("run", record.run_id),
+                ("scenario", scenario.name),
+                ("title", scenario.title),
+                ("target alert", scenario.target_alert),
+                ("submission", f"{submission.kind}: {submission.source}"),
+                ("agent model", submission.agent_model),
+                ("files changed", ", ".join(submission.files_changed) or None),
+                ("time to clear (s)", record.time_to_clear_seconds),
+                ("new alerts", ", ".join(record.new_alerts) or "none"),
             ]
         ),
         "<h2>Verdict</h2>",
@@ -436,32 +421,30 @@ def render_html(record: dict[str, Any], png: bytes | None) -> str:
         "<h2>CI gate</h2>",
         _kv_table(
             [
-                ("status", ci.get("status")),
-                ("reason", ci.get("reason")),
-                ("duration (s)", ci.get("durationSeconds")),
+                ("status", ci.status),
+                ("reason", ci.reason),
+                ("duration (s)", ci.duration_seconds),
             ]
         ),
-        f"<pre>{_e(ci.get('outputTail') or '(no output)')}</pre>",
+        f"<pre>{_e(ci.output_tail or '(no output)')}</pre>",
         "<h2>Load</h2>",
         _kv_table(_load_rows(record)),
         "<h2>Wall time (s)</h2>",
-        _kv_table([(k, v) for k, v in wall.items()]),
+        _kv_table(list(record.wall_time_seconds.items())),
     ]
-    if record.get("fault"):
-        parts += ["<h2>Fault</h2>", f"<pre>{_e(json.dumps(record['fault'], indent=2))}</pre>"]
-    parts.append(f"<p class='muted'>{_e(record.get('schema'))}</p></main></body></html>\n")
+    if record.fault:
+        parts += ["<h2>Fault</h2>", f"<pre>{_e(json.dumps(record.fault, indent=2))}</pre>"]
+    parts.append(f"<p class='muted'>{_e(record.schema_id)}</p></main></body></html>\n")
     return "".join(parts)
 
 
 def write_report(run_dir: Path) -> tuple[Path, Path]:
     """Write run_dir/timeline.png and run_dir/report.html; return (png, html) paths.
 
-    Raises FileNotFoundError/ValueError if record.json is missing or unreadable.
+    Raises FileNotFoundError/ValueError if record.json is missing or not a run record.
     """
     run_dir = Path(run_dir)
-    record = json.loads((run_dir / "record.json").read_text(encoding="utf-8"))
-    if not isinstance(record, dict):
-        raise ValueError(f"{run_dir / 'record.json'}: not a JSON object")
+    record = RunRecord.model_validate_json((run_dir / "record.json").read_bytes())
     png_path = render_timeline(record, _load_metrics(run_dir), run_dir / "timeline.png")
     html_path = run_dir / "report.html"
     html_path.write_text(render_html(record, png_path.read_bytes()), encoding="utf-8")

@@ -1,9 +1,10 @@
 """The run report (timeline.png + report.html) of real runs, rendered in headless Chromium.
 
-Two real runs of latency-cache-stampede through the whole loop (real Prometheus, service and
-load): the reference fix (passes) and the break-tests decoy (fails fast at the CI gate, so
-it has no redeploy and no clear). Their reports must be self-contained, carry the verdict,
-and render as a real page in a browser.
+Two real graded runs of latency-cache-stampede, checked in under tests/fixtures/runs (their
+record.json and metrics.json as `sreforge run` wrote them): the reference fix (passes,
+recorded before record.json had schemaName/schemaVersion) and the break-tests decoy (fails
+fast at the CI gate, so it has no redeploy and no clear). Their reports must be
+self-contained, carry the verdict, and render as a real page in a browser.
 """
 
 from __future__ import annotations
@@ -20,35 +21,25 @@ from typing import Any
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
-from tests.runs import sreforge_run
 
 from sreforge import report
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = ROOT / "scenarios" / "latency-cache-stampede"
+FIXTURES = ROOT / "tests" / "fixtures" / "runs"
+RECORDED = {"pass": "restore-simplecache", "fail": "break-tests"}
 CHROMIUM = "/usr/bin/chromium"
 SIGNALS = ("ci_green", "alert_cleared", "sustained_clear", "time_to_clear", "no_new_alerts")
-
-pytestmark = [
-    pytest.mark.graded,
-    pytest.mark.skipif(
-        shutil.which("prometheus") is None,
-        reason="needs Debian's prometheus: bash scripts/setup.sh",
-    ),
-]
-
-
-def _run(runs_dir: Path, patch: Path) -> Path:
-    return sreforge_run(runs_dir, SCENARIO, "--fix", str(patch), "--sustain-seconds", "15").run_dir
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Copies of the recorded run directories (the report is written into them)."""
     base = tmp_path_factory.mktemp("report-runs")
-    return {
-        "pass": _run(base / "pass", SCENARIO / "fixes" / "restore-simplecache.patch"),
-        "fail": _run(base / "fail", SCENARIO / "decoys" / "break-tests.patch"),
-    }
+    out = {}
+    for kind, name in RECORDED.items():
+        out[kind] = base / kind
+        shutil.copytree(FIXTURES / name, out[kind])
+    return out
 
 
 def _record(run_dir: Path) -> dict[str, Any]:
@@ -74,6 +65,8 @@ def test_runs_have_the_expected_verdicts(runs: dict[str, Path]) -> None:
     assert bad["passed"] is False
     assert bad["reason"] == "CIRed"
     assert bad["timestamps"]["redeployed"] is None
+    assert "schemaVersion" not in good  # written before the key existed: it still loads
+    assert bad["schemaVersion"] == 1
 
 
 @pytest.mark.parametrize("kind", ["pass", "fail"])

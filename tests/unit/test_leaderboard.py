@@ -1,15 +1,22 @@
-"""`sreforge runs`: the leaderboard over synthetic run directories."""
+"""`sreforge runs`: the leaderboard over run directories holding a real run's record.json
+(tests/fixtures/runs/restore-simplecache) with the fields a row shows replaced."""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sreforge import leaderboard
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL_RUN = ROOT / "tests" / "fixtures" / "runs" / "restore-simplecache"
+REAL_RECORD = json.loads((REAL_RUN / "record.json").read_text(encoding="utf-8"))
 
 
 def _record(
@@ -24,20 +31,19 @@ def _record(
     ttc: float | None = None,
     total: float | None = 60.0,
 ) -> dict[str, Any]:
-    return {
-        "schema": "sreforge.record.v1",
-        "runId": run_id,
-        "scenario": {"name": scenario, "targetAlert": "SomeAlert"},
-        "submission": {"kind": "fix", "source": source},
-        "passed": passed,
-        "score": score,
-        "passThreshold": 0.85,
-        "reason": reason,
-        "message": "m",
-        "timestamps": {"started": started},
-        "timeToClearSeconds": ttc,
-        "wallTimeSeconds": {"total": total} if total is not None else {},
-    }
+    record: dict[str, Any] = copy.deepcopy(REAL_RECORD)
+    record.update(runId=run_id, passed=passed, score=score, reason=reason, timeToClearSeconds=ttc)
+    record["scenario"]["name"] = scenario
+    record["submission"]["source"] = source
+    record["timestamps"]["started"] = started
+    del record["wallTimeSeconds"]["total"]
+    if total is not None:
+        record["wallTimeSeconds"]["total"] = total
+    return record
+
+
+def _at(second: int) -> str:
+    return f"2026-12-02T18:00:{second:02d}+00:00"
 
 
 def _write(runs: Path, record: dict[str, Any]) -> None:
@@ -51,10 +57,10 @@ def runs_dir(tmp_path: Path) -> Path:
     runs = tmp_path / "runs"
     a, b = "alpha-scenario", "beta-scenario"
     for rec in [
-        _record(a, "a1", passed=True, score=0.98, reason="Passed", ttc=12.5, started="T01"),
-        _record(a, "a2", passed=False, score=0.35, reason="NotCleared", started="T02"),
-        _record(a, "a3", passed=True, score=0.90, reason="Passed", ttc=30.0, started="T03"),
-        _record(a, "a4", passed=False, score=0.0, reason="Inconclusive", started="T04"),
+        _record(a, "a1", passed=True, score=0.98, reason="Passed", ttc=12.5, started=_at(1)),
+        _record(a, "a2", passed=False, score=0.35, reason="NotCleared", started=_at(2)),
+        _record(a, "a3", passed=True, score=0.90, reason="Passed", ttc=30.0, started=_at(3)),
+        _record(a, "a4", passed=False, score=0.0, reason="Inconclusive", started=_at(4)),
         _record(
             b,
             "b1",
@@ -62,11 +68,11 @@ def runs_dir(tmp_path: Path) -> Path:
             score=0.0,
             reason="CIRed",
             source="/tmp/decoys/break-tests.patch",
-            started="T05",
+            started=_at(5),
             total=None,
         ),
         _record(
-            b, "b2", passed=False, score=0.0, reason="AlertNeverFired", source="", started="T06"
+            b, "b2", passed=False, score=0.0, reason="AlertNeverFired", source="", started=_at(6)
         ),
         _record(
             b,
@@ -75,7 +81,7 @@ def runs_dir(tmp_path: Path) -> Path:
             score=0.96,
             reason="Passed",
             source="python agents/my_agent.py --fast",
-            started="T07",
+            started=_at(7),
         ),
     ]:
         _write(runs, rec)
@@ -84,6 +90,9 @@ def runs_dir(tmp_path: Path) -> Path:
     (runs / "in-progress").mkdir()  # no record.json yet
     (runs / "wrong-shape").mkdir()
     (runs / "wrong-shape" / "record.json").write_text("[1, 2]", encoding="utf-8")
+    (runs / "not-a-record").mkdir()  # valid JSON, but not a run record (no verdict, ...)
+    not_a_record = {"runId": "n1", "scenario": {"name": "x"}, "passed": True, "score": 1.0}
+    (runs / "not-a-record" / "record.json").write_text(json.dumps(not_a_record), encoding="utf-8")
     (runs / "stray-file.txt").write_text("not a run dir", encoding="utf-8")
     return runs
 
@@ -99,7 +108,12 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 def test_collect_reads_rows_and_skips_unreadable(runs_dir: Path) -> None:
     rows, skipped = leaderboard.collect_with_skipped(runs_dir)
     assert [r.runId for r in rows] == ["a1", "a2", "a3", "a4", "b1", "b2", "b3"]
-    assert sorted(p.name for p in skipped) == ["corrupt", "in-progress", "wrong-shape"]
+    assert sorted(p.name for p in skipped) == [
+        "corrupt",
+        "in-progress",
+        "not-a-record",
+        "wrong-shape",
+    ]
     assert leaderboard.collect(runs_dir) == rows
     by_id = {r.runId: r for r in rows}
     assert by_id["a1"].label == "some-fix.patch"
@@ -144,7 +158,7 @@ def test_cli_text_table(runs_dir: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert alpha.split() == ["alpha-scenario", "4", "3", "2", "67%", "0.743", "1"]
     beta = next(line for line in lines if line.startswith("beta-scenario") and "%" in line)
     assert beta.split() == ["beta-scenario", "3", "2", "1", "50%", "0.480", "1"]
-    assert "3 unreadable run dirs skipped" in out
+    assert "4 unreadable run dirs skipped" in out
 
 
 def test_cli_json(runs_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,7 +166,7 @@ def test_cli_json(runs_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     data = json.loads(out)
     assert set(data) >= {"runs", "scenarios"}
-    assert data["skipped"] == 3
+    assert data["skipped"] == 4
     assert len(data["runs"]) == 7
     first = data["runs"][0]
     assert first["runId"] == "a1"
@@ -172,3 +186,20 @@ def test_cli_empty_and_missing_dir(tmp_path: Path, capsys: pytest.CaptureFixture
     code, _, err = _cli(capsys, "--runs-dir", str(tmp_path / "nope"))
     assert code == 2
     assert "no such directory" in err
+
+
+def test_a_real_run_directory_is_a_row(tmp_path: Path) -> None:
+    shutil.copytree(REAL_RUN, tmp_path / REAL_RECORD["runId"])
+    (row,) = leaderboard.collect(tmp_path)
+    assert row == leaderboard.RunRow(
+        scenario="latency-cache-stampede",
+        runId=REAL_RECORD["runId"],
+        label="restore-simplecache.patch",
+        passed=True,
+        score=0.9588,
+        reason="Passed",
+        timeToClearSeconds=24.714,
+        durationSeconds=126.053,
+        started="2026-12-03T11:47:59.035036+00:00",
+    )
+    assert row.graded

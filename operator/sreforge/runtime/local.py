@@ -22,8 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sreforge import loop, oracle
-from sreforge.api.observation import AlertSample, CIResult, CIStatus
+from sreforge import loop
+from sreforge.api.observation import AlertSample
+from sreforge.api.record import ControlRecord, RunRecord, ScenarioRecord, SubmissionRecord
 from sreforge.api.scenario import Scenario
 from sreforge.load.command import generator_argv
 from sreforge.loop import Phase, RunState
@@ -39,7 +40,6 @@ PROGRESS_EVERY_SECONDS = 5.0
 SCRAPE_SWITCH_SECONDS = 10.0
 # Quiet this long (a rate window plus the rules' `for`) before the injection counts.
 QUIET_SECONDS = 15.0
-RECORD_SCHEMA = "sreforge.record.v1"
 
 # Range queries recorded into the run directory before Prometheus stops (for reports).
 SERIES = {
@@ -77,10 +77,6 @@ class RunOptions:
     agent_unsandboxed: bool = False  # run the agent as the harness's user, unconfined
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr))
     live: bool = True  # a live progress line on a terminal; plain lines otherwise
-
-
-def _iso(t: float | None) -> str | None:
-    return None if t is None else datetime.fromtimestamp(t, tz=UTC).isoformat()
 
 
 def new_run_id(scenario: str) -> str:
@@ -526,25 +522,6 @@ class LocalRun:
             self._teardown()
 
     # ----- output ------------------------------------------------------------------
-    def _contention(self) -> dict[str, Any]:
-        """Other work on the machine while the fix was verified (the oracle's guard)."""
-        st = self.state
-        verifying = [
-            s
-            for s in st.samples
-            if st.redeployed_at and s.t >= st.redeployed_at and s.outside_cpu is not None
-        ]
-        measured = oracle.contention(verifying, 0.0)
-        return {
-            "verifyOutsideCpuMean": measured[0] if measured else None,
-            "verifyCpuWaitMean": measured[1] if measured else None,
-            "verifyOutsideCpuMax": max((s.outside_cpu or 0.0 for s in verifying), default=None),
-            "inconclusiveAbove": {
-                "outsideCpu": oracle.MIN_OUTSIDE_CPU,
-                "cpuWait": oracle.MAX_CPU_WAIT,
-            },
-        }
-
     def _say(self, line: str) -> None:
         if self._live_shown:
             sys.stderr.write("\n")
@@ -578,13 +555,8 @@ class LocalRun:
         else:
             self._say(line)
 
-    def _timeline(self) -> list[dict[str, Any]]:
-        return [s.model_dump(mode="json") for s in self.state.samples]
-
     def record_verdict(self) -> None:
         st = self.state
-        verdict = st.verdict
-        assert verdict is not None
         if self.telemetry is not None and st.started_at:
             end = time.time()
             series = {
@@ -592,90 +564,34 @@ class LocalRun:
                 for name, q in SERIES.items()
             }
             (self.dir / "metrics.json").write_text(json.dumps(series), encoding="utf-8")
-        loadstats: dict[str, Any] = {"targetRate": self.scenario.load.rate}
+        generator: dict[str, Any] | None = None
         if self.loadgen_port:
             with contextlib.suppress(OSError, ValueError):
                 url = f"http://127.0.0.1:{self.loadgen_port}/stats"
                 with urllib.request.urlopen(url, timeout=3) as resp:
-                    loadstats["generator"] = json.loads(resp.read())
-        verify_loads = [
-            s.load for s in st.samples if s.load and st.redeployed_at and s.t >= st.redeployed_at
-        ]
-        if verify_loads:
-            loadstats["verifyAchievedRateMean"] = round(
-                sum(x.achieved_rate for x in verify_loads) / len(verify_loads), 2
-            )
-            loadstats["verifyDroppedRatioMax"] = max(x.dropped_ratio for x in verify_loads)
-        wall = dict(self.wall)
-        if st.fired_at and st.injected_at:
-            wall["fireWait"] = st.fired_at - st.injected_at
-        if st.redeployed_at:
-            wall["verify"] = time.time() - st.redeployed_at
-        wall["total"] = time.time() - self.t_begin
-        ci_res = st.ci or CIResult(status=CIStatus.ERROR, reason="CI did not run")
-        self.record: dict[str, Any] = {
-            "schema": RECORD_SCHEMA,
-            "runId": self.run_id,
-            "scenario": {
-                "name": self.scenario.name,
-                "path": str(self.scenario.directory),
-                "title": self.scenario.title,
-                "targetAlert": self.scenario.target_alert,
-            },
-            "submission": {
-                "kind": getattr(self, "submission_kind", "fix" if self.opts.fix else "agent"),
-                "source": str(self.opts.fix) if self.opts.fix else self.opts.agent,
-                "patch": "submission.patch" if (self.dir / "submission.patch").exists() else None,
-                "rca": "rca.txt" if (self.dir / "rca.txt").exists() else None,
-                "agentModel": self.opts.agent_model,
-                "sandboxed": getattr(self, "sandboxed", None),
-                "filesChanged": ci_res.files_changed,
-            },
-            "passed": verdict.passed,
-            "score": verdict.score,
-            "passThreshold": verdict.pass_threshold,
-            "reason": verdict.reason.value,
-            "message": verdict.message,
-            "failingSignals": verdict.failing_signals,
-            "signals": {
-                s.name.value: {
-                    "value": s.value,
-                    "credit": s.credit,
-                    "weight": s.weight,
-                    "detail": s.detail,
-                }
-                for s in verdict.signals
-            },
-            "weights": self.scenario.verify.weights.model_dump(),
-            "verify": self.scenario.verify.model_dump(exclude={"weights"}),
-            "timestamps": {
-                "started": _iso(st.started_at),
-                "injected": _iso(st.injected_at),
-                "fired": _iso(st.fired_at),
-                "handedOff": _iso(st.handed_off_at),
-                "submitted": _iso(st.submitted_at),
-                "ciFinished": _iso(st.ci_finished_at),
-                "redeployed": _iso(st.redeployed_at),
-                "cleared": _iso(verdict.cleared_at),
-                "recorded": _iso(time.time()),
-            },
-            "timeToClearSeconds": verdict.time_to_clear_seconds,
-            "newAlerts": verdict.new_alerts,
-            "ci": {
-                "status": ci_res.status.value,
-                "reason": ci_res.reason,
-                "outputTail": ci_res.output_tail,
-                "durationSeconds": round(ci_res.duration_seconds, 3),
-            },
-            "load": loadstats,
-            "contention": self._contention(),
-            "control": getattr(self, "control", None),
-            "fault": st.fault,
-            "wallTimeSeconds": {k: round(v, 3) for k, v in wall.items()},
-            "verdict": verdict.model_dump(mode="json"),
-            "timeline": self._timeline(),
-        }
-        _write_json(self.dir / "record.json", self.record)
+                    stats = json.loads(resp.read())
+                generator = stats if isinstance(stats, dict) else None
+        control = getattr(self, "control", None)
+        self.run_record = RunRecord.build(
+            st,
+            scenario=ScenarioRecord.from_scenario(self.scenario),
+            submission=SubmissionRecord(
+                kind=getattr(self, "submission_kind", "fix" if self.opts.fix else "agent"),
+                source=str(self.opts.fix) if self.opts.fix else self.opts.agent,
+                patch="submission.patch" if (self.dir / "submission.patch").exists() else None,
+                rca="rca.txt" if (self.dir / "rca.txt").exists() else None,
+                agent_model=self.opts.agent_model,
+                sandboxed=getattr(self, "sandboxed", None),
+            ),
+            target_rate=self.scenario.load.rate,
+            generator=generator,
+            control=None if control is None else ControlRecord.model_validate(control),
+            wall_seconds=self.wall,
+            began_at=self.t_begin,
+            recorded_at=time.time(),
+        )
+        self.record: dict[str, Any] = self.run_record.model_dump(mode="json", by_alias=True)
+        _write_text(self.dir / "record.json", self.run_record.to_json())
         _write_json(self.dir / "state.json", st.model_dump(mode="json"))
 
     def _teardown(self) -> None:
@@ -698,6 +614,10 @@ def _tcp_ready(port: int) -> bool:
 
 
 def _write_json(path: Path, data: Any) -> None:
+    _write_text(path, json.dumps(data, indent=2, default=str))
+
+
+def _write_text(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
