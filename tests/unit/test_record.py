@@ -34,6 +34,16 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "tests" / "fixtures" / "runs" / "restore-simplecache"
 SCHEMA_FILE = ROOT / "schemas" / "run-record.v1.json"
 NEW_KEYS = {"schemaName": "sreforge.record", "schemaVersion": 1}
+# The compound oracle's configuration, added to the recorded verify settings (v1: the
+# mitigation alone): how the run was graded.
+NEW_VERIFY_KEYS = {"oracles": {"mitigate": 1.0, "diagnose": 0.0}}
+
+
+def _with_additions(old: dict[str, Any]) -> dict[str, Any]:
+    """The old record plus exactly the keys this version adds, and nothing else."""
+    return old | NEW_KEYS | {"verify": old["verify"] | NEW_VERIFY_KEYS}
+
+
 DERIVED_WALL = ("fireWait", "verify", "total")
 
 
@@ -129,7 +139,7 @@ def test_a_record_from_before_the_schema_version_loads_and_writes_back_only_addi
     )
     written = json.loads(record.to_json())
     assert list(written)[:4] == ["schema", "schemaName", "schemaVersion", "runId"]
-    assert _sets_sorted(written) == _sets_sorted(old) | NEW_KEYS
+    assert _sets_sorted(written) == _sets_sorted(_with_additions(old))
 
 
 def test_build_from_the_loop_state_is_the_record_the_old_code_wrote() -> None:
@@ -139,7 +149,7 @@ def test_build_from_the_loop_state_is_the_record_the_old_code_wrote() -> None:
     for key in DERIVED_WALL:
         assert built["wallTimeSeconds"][key] == pytest.approx(old["wallTimeSeconds"][key], abs=2e-3)
         built["wallTimeSeconds"][key] = old["wallTimeSeconds"][key]
-    assert _sets_sorted(built) == _sets_sorted(old) | NEW_KEYS
+    assert _sets_sorted(built) == _sets_sorted(_with_additions(old))
 
 
 def test_the_record_keeps_the_typed_verdict_and_timeline() -> None:

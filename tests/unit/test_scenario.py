@@ -193,3 +193,46 @@ def test_incident_manifest_is_a_valid_incident_of_its_scenario(scenario: str) ->
     spec = IncidentSpec.model_validate(doc["spec"])
     assert spec.scenario == scenario
     load_scenario(SCENARIOS / scenario)  # and the scenario it names loads
+
+
+def with_verify_oracles(tmp_path: Path, table: str) -> Path:
+    """latency-cache-stampede with a `[verify.oracles]` table after its [verify.weights]."""
+    d = copy_scenario(tmp_path)
+    toml = d / "scenario.toml"
+    text = toml.read_text()
+    assert "\n[verify.oracles]" not in text
+    toml.write_text(text + "\n[verify.oracles]\n" + table)
+    return d
+
+
+def test_the_oracles_default_to_the_mitigation_alone() -> None:
+    for s in discover(SCENARIOS):
+        assert s.verify.oracles.model_dump() == {"mitigate": 1.0, "diagnose": 0.0}, s.name
+
+
+def test_oracle_weights_come_from_verify_oracles(tmp_path: Path) -> None:
+    s = load_scenario(with_verify_oracles(tmp_path, "mitigate = 0.8\ndiagnose = 0.2\n"))
+    assert (s.verify.oracles.mitigate, s.verify.oracles.diagnose) == (0.8, 0.2)
+    assert s.verify.weights.alert_cleared == 0.35  # still the mitigation's own weights
+
+
+@pytest.mark.parametrize(
+    ("table", "field", "problem"),
+    [
+        ("detect = 0.1\nmitigate = 0.9\n", "verify.oracles.detect", "Extra inputs"),
+        ("mitigate = 0.8\n", "verify.oracles", "oracle weights must sum to 1.0, they sum to 0.8"),
+        ("mitigate = 1.5\ndiagnose = -0.5\n", "verify.oracles.mitigate", "less than or equal"),
+        ("mitigate = 0.0\ndiagnose = 1.0\n", "verify.oracles", "mitigate must weigh more than"),
+        ('mitigate = "all"\n', "verify.oracles.mitigate", "valid number"),
+    ],
+    ids=["unknown-name", "not-summing-to-1", "out-of-range", "no-gate", "not-a-number"],
+)
+def test_invalid_oracle_weights_name_the_field(
+    tmp_path: Path, table: str, field: str, problem: str
+) -> None:
+    d = with_verify_oracles(tmp_path, table)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(d)
+    msg = str(err.value)
+    assert f"{d / 'scenario.toml'}: {field}: " in msg
+    assert problem in msg

@@ -39,6 +39,28 @@ class Weights(_Model):
         return self
 
 
+class OracleWeights(_Model):
+    """The compound oracle's sub-oracles and their weights (docs/oracle.md); they sum to 1.
+
+    v1 grades the mitigation alone. A sub-oracle weighted 0 is off: it is not run and adds
+    no signal. `diagnose` (the RCA judge's booleans) is off unless a scenario weights it;
+    nothing in the runtime feeds it a diagnosis yet, so weighting it makes runs Inconclusive.
+    """
+
+    mitigate: Ratio = 1.0
+    diagnose: Ratio = 0.0
+
+    @model_validator(mode="after")
+    def _a_gated_whole(self) -> OracleWeights:
+        total = sum(self.model_dump().values())
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"oracle weights must sum to 1.0, they sum to {total:.4f}")
+        if self.mitigate <= 0:
+            # the mitigation is the gate: CI, the redeploy and the alert fail a run closed
+            raise ValueError("mitigate must weigh more than 0: it gates every run")
+        return self
+
+
 class VerifySpec(_Model):
     """How the oracle observes a fix: windows, budgets and what counts as delivered load."""
 
@@ -51,7 +73,9 @@ class VerifySpec(_Model):
     max_dropped_ratio: Ratio = 0.02
     min_success_ratio: Ratio = 0.95
     sample_interval_seconds: Annotated[float, Field(gt=0, le=30)] = 1.0
+    # the mitigation sub-oracle's own signal weights
     weights: Weights = Weights()
+    oracles: OracleWeights = OracleWeights()
 
 
 #: How known answers are learned, by the built-in generator and the k6 script alike:

@@ -1,4 +1,7 @@
-"""The verdict of the mitigation oracle, as written to record.json and Submission status."""
+"""The verdict of the compound oracle, as written to record.json and Submission status.
+
+v1 weighs the mitigation sub-oracle alone, so a verdict is the mitigation's (docs/oracle.md).
+"""
 
 from __future__ import annotations
 
@@ -23,15 +26,26 @@ class Reason(StrEnum):
 
 
 class SignalName(StrEnum):
+    """Every sub-oracle's signals, by one name each across the compound."""
+
+    # mitigate
     CI_GREEN = "ci_green"
     ALERT_CLEARED = "alert_cleared"
     SUSTAINED_CLEAR = "sustained_clear"
     TIME_TO_CLEAR = "time_to_clear"
     NO_NEW_ALERTS = "no_new_alerts"
+    # diagnose (off in v1: the diagnosis is reported beside the verdict)
+    ROOT_CAUSE_CORRECT = "root_cause_correct"
+    EVIDENCE_GROUNDED = "evidence_grounded"
+    NO_FALSE_LEADS = "no_false_leads"
 
 
 class Signal(BaseModel):
-    """One oracle signal: its raw value, the credit in [0, 1] it earns, and its weight."""
+    """One oracle signal: its raw value, the credit in [0, 1] it earns, and its weight.
+
+    In a sub-oracle's finding the weight is its share of that sub-oracle; in a Verdict it is
+    its share of the whole score (sub-oracle weight x own weight), so score = sum of points.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,18 +1,20 @@
-"""The mitigation oracle (v1): a pure function from recorded observations to a Verdict.
+"""The mitigation sub-oracle (v1): did the fix clear the alert and hold it under load?
 
-No I/O: a verdict can be recomputed from record.json. Missing telemetry is never a clear.
+Pure: its finding can be recomputed from record.json. Missing telemetry is never a clear.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict
-
-from sreforge.api.observation import AlertSample, CIResult, CIStatus
+from sreforge.api.observation import AlertSample, CIStatus
 from sreforge.api.scenario import VerifySpec
-from sreforge.api.verdict import Reason, Signal, SignalName, Verdict
+from sreforge.api.verdict import Reason, Signal, SignalName
+from sreforge.oracle.contract import SubVerdict, VerifyObservations
+
+NAME = "mitigate"
 
 # A hole in the samples longer than this many sample intervals means "not observed".
 MAX_GAP_INTERVALS = 5.0
@@ -24,9 +26,6 @@ MAX_GAP_INTERVALS = 5.0
 # pass under contention stands.)
 MIN_OUTSIDE_CPU = 0.25
 MAX_CPU_WAIT = 0.5
-BEHAVIOURAL_FAILURES = frozenset(
-    {Reason.NOT_CLEARED, Reason.REFIRED, Reason.LOAD_NOT_DELIVERED, Reason.NEW_ALERTS}
-)
 
 
 class SampleState(StrEnum):
@@ -37,20 +36,6 @@ class SampleState(StrEnum):
     LOAD = "load-not-delivered"  # the service shed, dropped or failed the load
     DOWN = "service-down"  # the service's scrape target or the alert's series vanished
     HARNESS = "harness-fault"  # Prometheus or the load generator could not be observed
-
-
-class VerifyObservations(BaseModel):
-    """Everything the oracle needs, as recorded by the runtime."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    target_alert: str
-    ci: CIResult
-    redeployed_at: float | None
-    # Alerts pending or firing at the last sample before the redeploy: their episode began
-    # under the old build, so carrying on into firing after the redeploy is not new.
-    active_before_redeploy: frozenset[str] = frozenset()
-    samples: list[AlertSample] = []
 
 
 def classify(sample: AlertSample, target_alert: str, verify: VerifySpec) -> SampleState:
@@ -160,51 +145,24 @@ def _signals(
     ]
 
 
-def _verdict(
-    verify: VerifySpec, signals: list[Signal], reason: Reason | None, message: str, **extra: object
-) -> Verdict:
-    score = round(sum(s.points for s in signals), 4)
-    passed = reason is None and score >= verify.pass_threshold
-    if reason is None:
-        reason = (
-            Reason.PASSED
-            if passed
-            else (Reason.NEW_ALERTS if extra.get("new_alerts") else Reason.NOT_CLEARED)
-        )
-        if not passed:
-            message = f"score {score:.3f} is below the pass bar {verify.pass_threshold:.2f}"
-    return Verdict.model_validate(
-        {
-            "signals": signals,
-            "score": score,
-            "pass_threshold": verify.pass_threshold,
-            "passed": passed,
-            "reason": reason,
-            "message": message,
-            **extra,
-        }
-    )
-
-
-def never_fired(verify: VerifySpec, target_alert: str, waited_seconds: float) -> Verdict:
-    """The incident never became one: it is not handed to an agent and nothing is scored."""
-    signals = _signals(
-        verify,
-        ci_green=False,
-        cleared=False,
-        sustained=False,
-        ttc=None,
-        new_alerts=[],
-        details={},
-        observed=False,
-    )
-    return Verdict(
+def _finding(
+    signals: list[Signal],
+    reason: Reason | None,
+    message: str,
+    *,
+    time_to_clear_seconds: float | None = None,
+    cleared_at: float | None = None,
+    new_alerts: Sequence[str] = (),
+) -> SubVerdict:
+    return SubVerdict(
+        oracle=NAME,
         signals=signals,
-        score=0.0,
-        pass_threshold=verify.pass_threshold,
-        passed=False,
-        reason=Reason.ALERT_NEVER_FIRED,
-        message=f"{target_alert} did not fire within {waited_seconds:.0f}s of the injection",
+        reason=reason,
+        message=message,
+        shortfall=Reason.NEW_ALERTS if new_alerts else Reason.NOT_CLEARED,
+        time_to_clear_seconds=time_to_clear_seconds,
+        cleared_at=cleared_at,
+        new_alerts=list(new_alerts),
     )
 
 
@@ -224,36 +182,48 @@ def contention(samples: Sequence[AlertSample], since: float) -> tuple[float, flo
     )
 
 
-def evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
-    """Score a submission from its observations (DESIGN.md, the mitigation oracle v1).
+def _starved(obs: VerifyObservations) -> str | None:
+    """Why a behavioural failure of this run is not the fix's: other work starved it.
 
-    A behavioural failure while the run was starved by other work (MIN_OUTSIDE_CPU and
-    MAX_CPU_WAIT) is Inconclusive: the signals stay as measured, the run is not passed,
-    and the reason says why.
+    Starved means both, on average over the verification: more than MIN_OUTSIDE_CPU of the
+    machine's CPU outside the run and its threads waiting more than MAX_CPU_WAIT s/s.
     """
-    verdict = _evaluate(obs, verify)
-    if verdict.passed or verdict.reason not in BEHAVIOURAL_FAILURES or obs.redeployed_at is None:
-        return verdict
+    if obs.redeployed_at is None:
+        return None
     measured = contention(obs.samples, obs.redeployed_at)
     if measured is None:
-        return verdict
+        return None
     outside, wait = measured
     if outside <= MIN_OUTSIDE_CPU or wait <= MAX_CPU_WAIT:
-        return verdict
-    return verdict.model_copy(
-        update={
-            "reason": Reason.INCONCLUSIVE,
-            "message": (
-                f"{verdict.reason.value} while other work starved the run ({outside:.0%} of "
-                f"the machine's CPU outside it, its threads waiting {wait:.2f} s/s for a CPU, "
-                f"on average): not the fix's failure, rerun on a quieter machine"
-                f" [{verdict.message}]"
-            ),
-        }
+        return None
+    return (
+        f"other work starved the run ({outside:.0%} of the machine's CPU outside it, its "
+        f"threads waiting {wait:.2f} s/s for a CPU, on average): not the fix's failure, "
+        "rerun on a quieter machine"
     )
 
 
-def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
+@dataclass(frozen=True)
+class MitigationOracle:
+    """The mitigation sub-oracle (DESIGN.md, the mitigation oracle v1)."""
+
+    verify: VerifySpec
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    def evaluate(self, obs: VerifyObservations) -> SubVerdict:
+        """The fix's signals and the fail-closed reason, if any.
+
+        A behavioural failure while the run was starved by other work is excused (the
+        compound makes it Inconclusive): the signals stay as measured.
+        """
+        finding = _evaluate(obs, self.verify)
+        return finding.model_copy(update={"excuse": _starved(obs)})
+
+
+def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
     details: dict[SignalName, str] = {}
     ci_green = obs.ci.status is CIStatus.GREEN
     if not ci_green:
@@ -273,7 +243,7 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
             details=details,
             observed=False,
         )
-        return _verdict(verify, signals, reason, f"CI {obs.ci.status.value}: {obs.ci.reason}")
+        return _finding(signals, reason, f"CI {obs.ci.status.value}: {obs.ci.reason}")
     details[SignalName.CI_GREEN] = "build and tests passed"
     if obs.redeployed_at is None:
         signals = _signals(
@@ -286,7 +256,7 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
             details=details,
             observed=False,
         )
-        return _verdict(verify, signals, Reason.NO_REDEPLOY, "the fixed build was not redeployed")
+        return _finding(signals, Reason.NO_REDEPLOY, "the fixed build was not redeployed")
 
     t0 = obs.redeployed_at
     samples = sorted((s for s in obs.samples if s.t >= t0), key=lambda s: s.t)
@@ -330,7 +300,7 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
             new_alerts=new_alerts,
             details=details,
         )
-        return _verdict(verify, signals, reason, msg, new_alerts=new_alerts)
+        return _finding(signals, reason, msg, new_alerts=new_alerts)
 
     cleared_at = samples[first].t
     ttc = round(cleared_at - t0, 3)
@@ -369,8 +339,7 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> Verdict:
         new_alerts=new_alerts,
         details=details,
     )
-    return _verdict(
-        verify,
+    return _finding(
         signals,
         fail_reason,
         msg if fail_reason else "the fix held under load",
