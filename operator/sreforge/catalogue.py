@@ -192,11 +192,14 @@ SCENARIOS.md`; the run times depend on the machine and on what else it runs.
 """
 
 
-def section(rows: list[dict[str, Any]], command: str, when: str) -> str:
+def section(
+    rows: list[dict[str, Any]], command: str, when: str, total_seconds: float | None = None
+) -> str:
     """The body of one scenario's section: its table and mismatches."""
     bad = [r for r in rows if r["mismatch"]]
+    took = "" if total_seconds is None else f", {total_seconds / 60:.1f} min in all"
     lines = [
-        f"`{command}` ({when}): {len(rows)} runs, {len(bad)} mismatches.",
+        f"`{command}` ({when}): {len(rows)} runs{took}, {len(bad)} mismatches.",
         "",
         "| " + " | ".join(title for _, title in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
@@ -216,8 +219,16 @@ def when() -> str:
     return f"{stamp}, {os.cpu_count()} CPUs, 1-minute load average {load:.1f} at the end"
 
 
-def write_markdown(path: Path, rows: list[dict[str, Any]], command: str, when: str) -> None:
-    """Rewrite the section of every scenario in `rows`, keeping the other scenarios' sections."""
+def write_markdown(
+    path: Path,
+    rows: list[dict[str, Any]],
+    command: str,
+    when: str,
+    total_seconds: float | None = None,
+) -> None:
+    """Rewrite the section of every scenario in `rows`, keeping the other scenarios' sections
+    (`total_seconds`: how long the validation of one scenario took, when rows hold one)."""
     for name in dict.fromkeys(r["scenario"] for r in rows):
         mine = [r for r in rows if r["scenario"] == name]
-        write_section(path, f"## {name}", section(mine, command, when), preamble=PREAMBLE)
+        body = section(mine, command, when, total_seconds)
+        write_section(path, f"## {name}", body, preamble=PREAMBLE)

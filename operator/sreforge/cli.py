@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sreforge import catalogue, judge, leaderboard, report
 from sreforge.api.record import RunRecord
 from sreforge.api.scenario import ScenarioError
 from sreforge.api.verdict import Reason
-from sreforge.runtime.local import LocalRun, RunOptions
+from sreforge.runtime import campaign
+from sreforge.runtime.local import CaseSpec, LocalRun, RunOptions
 from sreforge.runtime.process import ProcessError
+from sreforge.runtime.session import run_session
 from sreforge.scenarios import decoys, discover, fixes, load_scenario
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
@@ -132,25 +134,6 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate_one(case: catalogue.Case, args: argparse.Namespace) -> dict[str, object]:
-    opts = RunOptions(
-        runs_dir=args.runs_dir,
-        fix=case.patch_file(args.runs_dir / ".validate"),
-        sustain_seconds=args.sustain_seconds,
-        control_seconds=args.control_seconds if case.control else 0,
-        live=False,
-        progress=(lambda line: print(line, file=sys.stderr))
-        if args.verbose
-        else (lambda _line: None),
-    )
-    started = time.monotonic()
-    try:
-        record = LocalRun(case.scenario, repo_root(), opts).execute()
-    except (ProcessError, ValueError) as exc:
-        return catalogue.error_row(case, str(exc), time.monotonic() - started)
-    return catalogue.row(case, record, time.monotonic() - started)
-
-
 def _validate_command(args: argparse.Namespace, name: str) -> str:
     """The command that reproduces one scenario's section of the table."""
     command = f"sreforge scenarios validate {name}" + (" --fast" if args.fast else "")
@@ -159,7 +142,15 @@ def _validate_command(args: argparse.Namespace, name: str) -> str:
     return command + f" --control-seconds {args.control_seconds}"
 
 
+def _quiet_or_verbose(args: argparse.Namespace) -> Callable[[str], None]:
+    if args.verbose:
+        return lambda line: print(line, file=sys.stderr)
+    return lambda _line: None
+
+
 def cmd_scenarios_validate(args: argparse.Namespace) -> int:
+    """Each scenario's cases on one warm session: the control window, then the fixes, the
+    empty patch and the decoys, each graded and restored in turn."""
     try:
         scenarios = (
             [load_scenario(_resolve_scenario(n)) for n in args.names]
@@ -169,39 +160,123 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    todo = [c for s in scenarios for c in catalogue.cases(s) if c.fast or not args.fast]
     rows: list[dict[str, object]] = []
     print(
         f"{'SCENARIO':<32} {'PATCH':<36} {'EXPECTED':<8} {'GOT':<6} {'SCORE':>6} "
         f"{'REASON':<18} {'FIRED':>6} {'SECONDS':>7}  FAILING SIGNALS"
     )
-    for i, case in enumerate(todo, 1):
-        print(f"[{i}/{len(todo)}] {case.id} ...", file=sys.stderr, flush=True)
-        try:
-            row = _validate_one(case, args)
-        except KeyboardInterrupt:
-            # The run recorded Inconclusive and cleaned up; a partial table is not written.
-            print(
-                f"interrupted at {case.id}: {len(rows)} of {len(todo)} cases ran", file=sys.stderr
-            )
-            return 130
-        rows.append(row)
-        fired = "-" if row["fireSeconds"] is None else f"{row['fireSeconds']}s"
-        print(
-            f"{row['scenario']:<32} {row['patch']:<36} {row['expected']:<8} {row['got']:<6} "
-            f"{row['score']:>6.3f} {row['reason']:<18} {fired:>6} {row['seconds']:>7}  "
-            f"{row['failing']}" + (f"\n  MISMATCH: {row['mismatch']}" if row["mismatch"] else ""),
-            flush=True,
+    for scenario in scenarios:
+        todo = [c for c in catalogue.cases(scenario) if c.fast or not args.fast]
+        specs = [
+            CaseSpec(c.label, fix=c.patch_file(args.runs_dir / ".validate" / scenario.name))
+            for c in todo
+        ]
+        opts = RunOptions(
+            runs_dir=args.runs_dir,
+            sustain_seconds=args.sustain_seconds,
+            control_seconds=args.control_seconds if todo[0].control else 0,
+            live=False,
+            progress=_quiet_or_verbose(args),
         )
-        last_of_scenario = i == len(todo) or todo[i].scenario.name != case.scenario.name
-        if args.markdown and last_of_scenario:  # each scenario's section as soon as it is done
-            mine = [r for r in rows if r["scenario"] == case.scenario.name]
+        print(f"{scenario.name}: {len(todo)} cases on one warm session ...", file=sys.stderr)
+        try:
+            session = run_session(scenario, repo_root(), opts, specs)
+        except KeyboardInterrupt:
+            print(f"interrupted at {scenario.name}: no table written", file=sys.stderr)
+            return 130
+        except (ProcessError, ValueError) as exc:
+            mine = [catalogue.error_row(c, str(exc), 0.0) for c in todo]
+        else:
+            mine = [
+                catalogue.row(
+                    case,
+                    record.model_dump(mode="json", by_alias=True),
+                    record.wall_time_seconds.get("total", 0.0),
+                )
+                for case, record in zip(todo, session.records, strict=False)
+            ]
+            mine += [catalogue.error_row(c, "not run", 0.0) for c in todo[len(mine) :]]
+        for row in mine:
+            fired = "-" if row["fireSeconds"] is None else f"{row['fireSeconds']}s"
+            print(
+                f"{row['scenario']:<32} {row['patch']:<36} {row['expected']:<8} "
+                f"{row['got']:<6} {row['score']:>6.3f} {row['reason']:<18} {fired:>6} "
+                f"{row['seconds']:>7}  {row['failing']}"
+                + (f"\n  MISMATCH: {row['mismatch']}" if row["mismatch"] else ""),
+                flush=True,
+            )
+        rows += mine
+        total = (
+            session.ended - session.began if not any(r["got"] == "error" for r in mine) else None
+        )
+        if args.markdown:  # each scenario's section as soon as it is done
             catalogue.write_markdown(
-                args.markdown, mine, _validate_command(args, case.scenario.name), catalogue.when()
+                args.markdown,
+                mine,
+                _validate_command(args, scenario.name),
+                catalogue.when(),
+                total_seconds=total,
             )
     mismatches = [r for r in rows if r["mismatch"]]
     print(f"\n{len(rows)} cases, {len(mismatches)} mismatches")
     return EXIT_FAILED if mismatches else EXIT_PASSED
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    """Submitters x trials on warm sessions; prints pass@1, pass^k, 95% intervals."""
+    try:
+        scenarios = [load_scenario(_resolve_scenario(n)) for n in args.scenarios]
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    cid = campaign.new_campaign_id()
+    try:
+        subs = [campaign.patch_submitter(f, scenarios, args.runs_dir / cid) for f in args.fix] + [
+            campaign.Submitter(a, agent=a) for a in args.agent
+        ]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if not subs:
+        print("error: give at least one --fix PATCH or --agent CMD", file=sys.stderr)
+        return EXIT_ERROR
+    idle = [s.name for s in scenarios if not any(x.applies_to(s) for x in subs)]
+    if idle:
+        print(f"error: no submitter applies to {', '.join(idle)}", file=sys.stderr)
+        return EXIT_ERROR
+    opts = RunOptions(
+        runs_dir=args.runs_dir,
+        agent_model=args.agent_model,
+        rca=args.rca,
+        sustain_seconds=args.sustain_seconds,
+        control_seconds=args.control_seconds,
+        agent_timeout_seconds=args.agent_timeout,
+        agent_shares=args.agent_share,
+        agent_unsandboxed=args.agent_unsandboxed,
+        rearm_timeout_seconds=args.rearm_timeout,
+        live=False,
+        progress=_quiet_or_verbose(args),
+    )
+    print(f"campaign {cid}: {len(subs)} submitter(s) x {args.trials} trial(s)", file=sys.stderr)
+    try:
+        result = campaign.run_campaign(
+            scenarios,
+            subs,
+            args.trials,
+            opts,
+            repo_root(),
+            campaign_id=cid,
+            on_session=lambda c: print(f"  {c.sessions[-1]}: done", file=sys.stderr),
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted: campaign.json has the sessions that finished", file=sys.stderr)
+        return 130
+    print(campaign.table(result))
+    print(f"\ncampaign {args.runs_dir / cid / 'campaign.json'}")
+    return EXIT_PASSED
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
@@ -325,6 +400,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     val.add_argument("-v", "--verbose", action="store_true", help="progress lines of each run")
     val.set_defaults(func=cmd_scenarios_validate)
+
+    cp = sub.add_parser(
+        "campaign", help="submitters x trials on warm sessions: pass@1, pass^k, 95% intervals"
+    )
+    cp.add_argument("scenarios", nargs="+", metavar="SCENARIO")
+    cp.add_argument(
+        "--fix",
+        action="append",
+        default=[],
+        metavar="PATCH",
+        help="a patch to grade (repeatable); one inside scenarios/NAME/ is graded on NAME "
+        "only; `empty` is the empty patch",
+    )
+    cp.add_argument(
+        "--agent", action="append", default=[], metavar="CMD", help="an agent (repeatable)"
+    )
+    cp.add_argument("--trials", type=int, default=1, metavar="K")
+    cp.add_argument("--agent-model", help="model under test (the RCA judge must differ)")
+    cp.add_argument("--agent-timeout", type=int, default=1800, metavar="SECONDS")
+    cp.add_argument("--agent-share", type=Path, action="append", default=[], metavar="PATH")
+    cp.add_argument("--agent-unsandboxed", action="store_true")
+    cp.add_argument("--rca", type=Path, help="a root-cause write-up for every case")
+    cp.add_argument("--sustain-seconds", type=int, metavar="N")
+    cp.add_argument("--control-seconds", type=int, default=0, metavar="N")
+    cp.add_argument(
+        "--rearm-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long a restored baseline may take to fire again (default: the fire timeout)",
+    )
+    cp.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    cp.add_argument("-v", "--verbose", action="store_true", help="progress lines of each case")
+    cp.set_defaults(func=cmd_campaign)
 
     rp = sub.add_parser("report", help="write report.html and timeline.png for a run")
     report.add_arguments(rp)

@@ -33,7 +33,7 @@ from sreforge.loop import RunState
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "tests" / "fixtures" / "runs" / "restore-simplecache"
 SCHEMA_FILE = ROOT / "schemas" / "run-record.v1.json"
-NEW_KEYS = {"schemaName": "sreforge.record", "schemaVersion": 1}
+NEW_KEYS = {"schemaName": "sreforge.record", "schemaVersion": 1, "session": None}
 # The compound oracle's configuration, added to the recorded verify settings (v1: the
 # mitigation alone): how the run was graded.
 NEW_VERIFY_KEYS = {"oracles": {"mitigate": 1.0, "diagnose": 0.0}}

@@ -178,6 +178,23 @@ class ControlRecord(_Part):
     target_fired: bool
 
 
+class SessionRecord(_Part):
+    """Where a case of a warm session (or a campaign) stands: many cases are graded against
+    one injected environment, each with its own record. Absent for a single run."""
+
+    id: str = Field(description="the warm session, one per scenario of a campaign or validation")
+    campaign: str | None = None
+    label: str = Field(description="the case: a patch's label, the empty patch, an agent")
+    case: int = Field(ge=1, description="this case's place in the session, from 1")
+    cases: int = Field(ge=1)
+    environment: int = Field(
+        ge=1, description="the environment that graded it: 1, or more after a restart"
+    )
+    restarted_because: str | None = Field(
+        default=None, description="the fault that made the session start this environment anew"
+    )
+
+
 class RunRecord(_Part):
     """One graded run, as written to record.json (schema sreforge.record, version 1).
 
@@ -208,6 +225,7 @@ class RunRecord(_Part):
     load: LoadRecord
     contention: ContentionRecord
     control: ControlRecord | None = None
+    session: SessionRecord | None = None
     fault: str | None = Field(default=None, description="the harness fault, if one ended the run")
     wall_time_seconds: dict[str, float] = Field(
         default_factory=dict,
@@ -248,6 +266,8 @@ class RunRecord(_Part):
         control: ControlRecord | None = None,
         wall_seconds: Mapping[str, float] | None = None,
         began_at: float | None = None,
+        run_id: str | None = None,
+        session: SessionRecord | None = None,
     ) -> RunRecord:
         """The record of a run whose loop reached a verdict.
 
@@ -274,7 +294,7 @@ class RunRecord(_Part):
         if began_at is not None:
             wall["total"] = recorded_at - began_at
         return cls(
-            run_id=state.run_id,
+            run_id=run_id or state.run_id,
             scenario=scenario,
             submission=submission.model_copy(update={"files_changed": list(ci.files_changed)}),
             passed=verdict.passed,
@@ -329,6 +349,7 @@ class RunRecord(_Part):
                 ),
             ),
             control=control,
+            session=session,
             fault=state.fault,
             wall_time_seconds={key: round(value, 3) for key, value in wall.items()},
             verdict=verdict,

@@ -24,7 +24,13 @@ from typing import Any
 
 from sreforge import loop
 from sreforge.api.observation import AlertSample
-from sreforge.api.record import ControlRecord, RunRecord, ScenarioRecord, SubmissionRecord
+from sreforge.api.record import (
+    ControlRecord,
+    RunRecord,
+    ScenarioRecord,
+    SessionRecord,
+    SubmissionRecord,
+)
 from sreforge.api.scenario import Scenario
 from sreforge.load.command import generator_argv
 from sreforge.loop import Phase, RunState
@@ -75,6 +81,7 @@ class RunOptions:
     agent_timeout_seconds: int = 1800
     agent_shares: list[Path] = field(default_factory=list)  # read-only inside the sandbox
     agent_unsandboxed: bool = False  # run the agent as the harness's user, unconfined
+    rearm_timeout_seconds: float | None = None  # between cases: None = the fire timeout
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr))
     live: bool = True  # a live progress line on a terminal; plain lines otherwise
 
@@ -84,13 +91,63 @@ def new_run_id(scenario: str) -> str:
     return f"{scenario}-{stamp}-{secrets.token_hex(2)}"
 
 
-class LocalRun:
-    """One graded run of a scenario on this machine."""
+@dataclass(frozen=True)
+class CaseSpec:
+    """One submission to grade: a patch, or an agent command whose edits are the patch."""
 
-    def __init__(self, scenario: Scenario, repo_root: Path, options: RunOptions) -> None:
-        if (options.fix is None) == (options.agent is None):
+    label: str
+    fix: Path | None = None
+    agent: str | None = None
+    rca: Path | None = None
+    agent_model: str | None = None
+    trial: int = 1  # a campaign grades each submitter several times
+
+    def __post_init__(self) -> None:
+        if (self.fix is None) == (self.agent is None):
             raise ValueError("give exactly one of a fix patch or an agent command")
-        if options.agent is not None and not options.agent_unsandboxed:
+
+    @classmethod
+    def of(cls, options: RunOptions) -> CaseSpec:
+        """The one case of `sreforge run`."""
+        label = options.fix.name if options.fix is not None else f"agent: {options.agent}"
+        return cls(label, options.fix, options.agent, options.rca, options.agent_model)
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """Where an environment stands in a warm session (sreforge.runtime.session)."""
+
+    id: str
+    environment: int = 1
+    campaign: str | None = None
+    first_case: int = 1  # the place in the session of this environment's first case
+    cases: int = 1  # the session's case count
+    restarted_because: str | None = None
+
+
+class LocalRun:
+    """One environment of a scenario on this machine, grading its cases one after another.
+
+    `sreforge run` grades one case and the run directory holds everything. In a warm
+    session (`session` given) the environment has its own directory and each case writes
+    a run directory of its own (record.json, submission, workspace, metrics).
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        repo_root: Path,
+        options: RunOptions,
+        cases: list[CaseSpec] | None = None,
+        *,
+        session: SessionContext | None = None,
+        case_root: Path | None = None,
+    ) -> None:
+        cases = cases if cases is not None else [CaseSpec.of(options)]
+        if not cases:
+            raise ValueError("nothing to grade: no case")
+        agents = [c for c in cases if c.agent is not None]
+        if agents and not options.agent_unsandboxed:
             why = sandbox.available()
             if why is not None:  # refused before anything starts
                 raise ValueError(f"{why}; or pass --agent-unsandboxed to run it unconfined")
@@ -103,10 +160,26 @@ class LocalRun:
         self.scenario = scenario.model_copy(update={"verify": verify})
         self.repo_root = repo_root
         self.opts = options
-        self.run_id = new_run_id(scenario.name)
-        self.dir = (options.runs_dir / self.run_id).resolve()
+        self.cases = cases
+        self.session = session
+        self.run_id = (
+            new_run_id(scenario.name)
+            if session is None
+            else f"{session.id}-env{session.environment}"
+        )
+        name = self.run_id if session is None else f"env{session.environment}"
+        self.dir = (options.runs_dir / name).resolve()
+        self.case_root = (case_root or options.runs_dir).resolve()
         self.dir.mkdir(parents=True)
-        self.state = RunState(run_id=self.run_id, target_alert=scenario.target_alert, verify=verify)
+        self.state = RunState(
+            run_id=self.run_id,
+            target_alert=scenario.target_alert,
+            verify=verify,
+            cases=len(cases),
+            stop_on_pass=False,
+            rearm_timeout_seconds=options.rearm_timeout_seconds,
+        )
+        self.records: list[RunRecord] = []  # one per case graded, in order
         self.procs: list[Managed] = []
         self.service: Managed | None = None
         self.service_port = 0
@@ -118,13 +191,34 @@ class LocalRun:
         self.redis_url: str | None = None
         self.upstream_env: dict[str, str] = {}  # url_env -> base URL of each upstream
         self.harness: HarnessExporter | None = None
-        self.patch_text = ""
-        self.patched_tree: Path | None = None
-        self.wall: dict[str, float] = {}
+        self.env_wall: dict[str, float] = {}  # the environment's own: setup, warmup
         self.driver = Driver(self.state, self, name="sreforge")
         self._last_progress = 0.0
         self._live_shown = False
         self.t_begin = time.time()
+        self._begin_case(0, self.t_begin)
+
+    def _begin_case(self, index: int, began: float) -> None:
+        """Make `cases[index]` the current case, with its own run directory."""
+        self.case_index = index
+        self.case = self.cases[index]
+        self.case_began = began
+        if self.session is None:
+            self.case_run_id, self.case_dir = self.run_id, self.dir
+        else:
+            self.case_run_id = new_run_id(self.scenario.name)
+            self.case_dir = self.case_root / self.case_run_id
+            self.case_dir.mkdir(parents=True)
+        self.patch_text = ""
+        self.patched_tree: Path | None = None
+        self.submission_kind = "fix" if self.case.fix is not None else "agent"
+        self.sandboxed: bool | None = None
+        # the seconds this case's steps took; the first case also shows the environment's
+        self.wall: dict[str, float] = dict(self.env_wall) if index == 0 else {}
+
+    def _label(self, what: str) -> str:
+        """A process label unique in the environment (one per case in a session)."""
+        return what if self.session is None else f"{what}-{self.case_index + 1}"
 
     # ----- trees -------------------------------------------------------------------
     def _prepare_trees(self) -> None:
@@ -296,10 +390,11 @@ class LocalRun:
                 raise ProcessError("Prometheus saw no load-generator metrics within 30s")
             time.sleep(0.5)
         self._say("waiting for the healthy build to warm up (target alert quiet)")
-        self.wall["warmup"] = self._wait_quiet()
+        self.env_wall["warmup"] = self._wait_quiet()
         if self.opts.control_seconds:
             self._control_window()
-        self.wall["setup"] = time.time() - t0
+        self.env_wall["setup"] = time.time() - t0
+        self.wall.update(self.env_wall)
 
     def _start_upstreams(self) -> dict[str, str]:
         """Start every upstream service from a copy of its tree; returns job -> host:port."""
@@ -373,12 +468,16 @@ class LocalRun:
         t0 = time.time()
         try:
             if self.state.injected_at is not None and self.service is not None:
-                self._swap_service(self.regressed, "baseline")
+                self._swap_service(self.regressed, self._label("baseline"))
         finally:
             self.wall["restore"] = time.time() - t0
 
     def reopen(self) -> None:
-        raise AssertionError("a local run grades one submission: it never reopens")
+        self._begin_case(self.case_index + 1, time.time())
+        self._say(
+            f"case {self._place()}: {self.case.label}; waiting for "
+            f"{self.scenario.target_alert} to fire again on the restored baseline"
+        )
 
     def finish(self) -> None:
         return None
@@ -398,8 +497,12 @@ class LocalRun:
         if isinstance(event, loop.Sampled):
             self._progress(event.sample)
 
+    def _place(self) -> str:
+        s = self.session
+        return "1/1" if s is None else f"{s.first_case + self.case_index}/{s.cases}"
+
     def _handoff_brief(self) -> Path:
-        handoff = self.dir / "handoff"
+        handoff = self.case_dir / "handoff"
         handoff.mkdir(exist_ok=True)
         brief = handoff / "brief.md"
         brief.write_text(self.scenario.brief_path.read_text("utf-8"), encoding="utf-8")
@@ -408,15 +511,14 @@ class LocalRun:
     def _obtain_submission(self) -> loop.Event:
         t0 = time.time()
         brief = self._handoff_brief()
-        workspace = self.dir / "workspace"
+        workspace = self.case_dir / "workspace"
         ci.copy_tree(self.regressed, workspace)
-        kind = "fix"
-        if self.opts.fix is not None:
-            self.patch_text = self.opts.fix.read_text(encoding="utf-8", errors="replace")
+        case = self.case
+        if case.fix is not None:
+            self.patch_text = case.fix.read_text(encoding="utf-8", errors="replace")
         else:
-            kind = "agent"
-            assert self.opts.agent is not None
-            argv = shlex.split(self.opts.agent)
+            assert case.agent is not None
+            argv = shlex.split(case.agent)
             confined = not self.opts.agent_unsandboxed
             self._say(
                 f"running the agent: {argv[0]} (timeout {self.opts.agent_timeout_seconds}s, "
@@ -442,7 +544,9 @@ class LocalRun:
                     argv, env = box.argv(argv), box.env(_env(), extra)
                 else:
                     env = {**_env(), **extra}
-                log = stack.enter_context((self.dir / "logs" / "agent.log").open("ab"))
+                logs = self.case_dir / "logs"
+                logs.mkdir(exist_ok=True)
+                log = stack.enter_context((logs / "agent.log").open("ab"))
                 try:
                     subprocess.run(
                         argv,
@@ -459,12 +563,11 @@ class LocalRun:
             self.sandboxed = confined
             rca = workspace / "rca.txt"
             if rca.is_file():
-                shutil.move(rca, self.dir / "rca.txt")
+                shutil.move(rca, self.case_dir / "rca.txt")
             self.patch_text = ci.diff_trees(self.regressed, workspace)
-        if self.opts.rca is not None:
-            shutil.copyfile(self.opts.rca, self.dir / "rca.txt")
-        (self.dir / "submission.patch").write_text(self.patch_text, encoding="utf-8")
-        self.submission_kind = kind
+        if case.rca is not None:
+            shutil.copyfile(case.rca, self.case_dir / "rca.txt")
+        (self.case_dir / "submission.patch").write_text(self.patch_text, encoding="utf-8")
         self.wall["agent"] = time.time() - t0
         return loop.Submitted(t=time.time())
 
@@ -473,7 +576,7 @@ class LocalRun:
         svc = self.scenario.service
         result, tree = ci.run_gate(
             pristine=self.regressed,
-            workdir=self.dir / "trees" / "patched",
+            workdir=self.case_dir / "trees" / "patched",
             patch=self.patch_text,
             protected=self.scenario.protected,
             test_command=svc.test_command,
@@ -490,11 +593,10 @@ class LocalRun:
         assert self.patched_tree is not None
         self._say("deploy: rolling out the patched build")
         try:
-            switched = self._swap_service(self.patched_tree, "patched")
+            switched = self._swap_service(self.patched_tree, self._label("patched"))
         except ProcessError as exc:
             self.wall["deploy"] = time.time() - t0
             self._say(f"deploy failed: {str(exc).splitlines()[0]}")
-            self.deploy_error = str(exc)
             return loop.DeployFailed(t=time.time(), reason=str(exc)[:2000])
         self.wall["deploy"] = switched - t0
         return loop.Deployed(t=switched)
@@ -557,13 +659,13 @@ class LocalRun:
 
     def record_verdict(self) -> None:
         st = self.state
-        if self.telemetry is not None and st.started_at:
+        since = st.started_at if self.case_index == 0 else self.case_began
+        if self.telemetry is not None and since:
             end = time.time()
             series = {
-                name: self.telemetry.query_range(q, st.started_at, end, 1.0)
-                for name, q in SERIES.items()
+                name: self.telemetry.query_range(q, since, end, 1.0) for name, q in SERIES.items()
             }
-            (self.dir / "metrics.json").write_text(json.dumps(series), encoding="utf-8")
+            (self.case_dir / "metrics.json").write_text(json.dumps(series), encoding="utf-8")
         generator: dict[str, Any] | None = None
         if self.loadgen_port:
             with contextlib.suppress(OSError, ValueError):
@@ -571,28 +673,42 @@ class LocalRun:
                 with urllib.request.urlopen(url, timeout=3) as resp:
                     stats = json.loads(resp.read())
                 generator = stats if isinstance(stats, dict) else None
-        control = getattr(self, "control", None)
+        control = getattr(self, "control", None) if self.case_index == 0 else None
+        case, d, sess = self.case, self.case_dir, self.session
         self.run_record = RunRecord.build(
             st,
             scenario=ScenarioRecord.from_scenario(self.scenario),
             submission=SubmissionRecord(
-                kind=getattr(self, "submission_kind", "fix" if self.opts.fix else "agent"),
-                source=str(self.opts.fix) if self.opts.fix else self.opts.agent,
-                patch="submission.patch" if (self.dir / "submission.patch").exists() else None,
-                rca="rca.txt" if (self.dir / "rca.txt").exists() else None,
-                agent_model=self.opts.agent_model,
-                sandboxed=getattr(self, "sandboxed", None),
+                kind=self.submission_kind,
+                source=str(case.fix) if case.fix is not None else case.agent,
+                patch="submission.patch" if (d / "submission.patch").exists() else None,
+                rca="rca.txt" if (d / "rca.txt").exists() else None,
+                agent_model=case.agent_model,
+                sandboxed=self.sandboxed,
             ),
             target_rate=self.scenario.load.rate,
             generator=generator,
             control=None if control is None else ControlRecord.model_validate(control),
             wall_seconds=self.wall,
-            began_at=self.t_begin,
+            began_at=self.case_began,
             recorded_at=time.time(),
+            run_id=self.case_run_id,
+            session=None
+            if sess is None
+            else SessionRecord(
+                id=sess.id,
+                campaign=sess.campaign,
+                label=case.label,
+                case=sess.first_case + self.case_index,
+                cases=sess.cases,
+                environment=sess.environment,
+                restarted_because=sess.restarted_because,
+            ),
         )
+        self.records.append(self.run_record)
         self.record: dict[str, Any] = self.run_record.model_dump(mode="json", by_alias=True)
-        _write_text(self.dir / "record.json", self.run_record.to_json())
-        _write_json(self.dir / "state.json", st.model_dump(mode="json"))
+        _write_text(d / "record.json", self.run_record.to_json())
+        _write_json(d / "state.json", st.model_dump(mode="json"))
 
     def _teardown(self) -> None:
         for proc in reversed(self.procs):
