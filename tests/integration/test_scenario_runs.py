@@ -4,13 +4,15 @@ Real Prometheus (Debian's binary), the real service builds, real dependencies, r
 open-model load on 127.0.0.1. For every scenario (sreforge.catalogue.cases): each reference
 fix must pass, the empty patch and each decoy must fail for a behavioural reason (the one a
 decoy's `# expect:` header names, when it names one), and the healthy build must stay quiet
-under the same load (the control window of the first fix).
+under the same load (the control window at the start of the session).
 
-The fast subset (per scenario: the first fix with its control window, the empty patch and
-the first decoy) is marked `graded` and runs by default; the rest of the full validation
-is also `slow`, deselected by default (`-m slow` runs it). With
-SREFORGE_SCENARIOS_MD=<path> the rows of the cases that ran (in any xdist worker) are
-written there as the SCENARIOS.md table when the session ends (tests/conftest.py).
+Each scenario's selected cases are graded on ONE warm session, the way `sreforge campaign`
+runs them (a real subprocess): the environment is injected once, and each case is handed
+off, graded and restored in turn. The fast subset (per scenario: the first fix, the empty
+patch and the first decoy) is marked `graded` and runs by default; the rest of the full
+validation is also `slow`, deselected by default (`-m slow` runs it). With
+SREFORGE_SCENARIOS_MD=<path> the rows of the cases that ran are written there as the
+SCENARIOS.md table when the session ends (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.runs import ROOT, agent_args, cli_env, sreforge_run
+from tests.runs import AGENTS, ROOT, cli_env
 
 from sreforge import catalogue
 from sreforge.scenarios import discover
@@ -58,55 +61,112 @@ def _keep(row: dict[str, Any]) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-@pytest.mark.parametrize("case", _params())
-def test_case(tmp_path: Path, case: catalogue.Case) -> None:
-    extra = ["--control-seconds", CONTROL] if case.control else []
-    started = time.monotonic()
-    run = sreforge_run(
-        tmp_path / "runs",
-        case.scenario.directory,
+# Cases of the stampede's session beyond the catalogue's, for the tests at the end.
+BROWNOUT = STAMPEDE / "decoys" / "brownout-without-reviews.patch"
+AGENT_FIX = STAMPEDE / "fixes" / "memoize-query.patch"
+AGENT = f"python3 {AGENTS / 'patch_agent.py'} {AGENT_FIX}"
+EXTRA = {
+    "test_known_answers_fail_a_brownout_that_answers_fast_with_other_pages": [
         "--fix",
-        str(case.patch_file(tmp_path)),
-        "--sustain-seconds",
-        SUSTAIN,
-        *extra,
+        str(BROWNOUT),
+    ],
+    "test_agent_command_edits_the_workspace_and_its_diff_is_graded": [
+        "--agent",
+        AGENT,
+        *("--agent-share", str(AGENTS), "--agent-share", str(AGENT_FIX)),
+    ],
+}
+_SESSIONS: dict[str, dict[str, dict[str, Any]]] = {}
+
+
+def _session(request: pytest.FixtureRequest, scenario: Path) -> dict[str, dict[str, Any]]:
+    """The records of `scenario`'s warm session by case label, graded on first use: every
+    selected case of this module on that scenario, in one `sreforge campaign`."""
+    name = scenario.name
+    if name in _SESSIONS:
+        return _SESSIONS[name]
+    args: list[str] = []
+    labels: list[str] = []
+    for item in request.session.items:
+        if item.module is not request.module:
+            continue
+        case = getattr(item, "callspec", None) and item.callspec.params.get("case")
+        if isinstance(case, catalogue.Case) and case.scenario.name == name:
+            args += ["--fix", catalogue.EMPTY if case.patch is None else str(case.patch)]
+            labels.append(case.label)
+        elif name == STAMPEDE.name and item.originalname in EXTRA:
+            args += EXTRA[item.originalname]
+    runs = Path(request.config._tmp_path_factory.mktemp(f"session-{name}"))  # type: ignore[attr-defined]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sreforge.cli",
+            "campaign",
+            str(scenario),
+            *args,
+            "--sustain-seconds",
+            SUSTAIN,
+            "--control-seconds",
+            CONTROL,
+            "--runs-dir",
+            str(runs),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300 + 240 * len(labels),
+        check=False,
+        cwd=ROOT,
+        env=cli_env(RCA_JUDGE_URL=""),
     )
-    _keep(catalogue.row(case, run.record, time.monotonic() - started))
-    record = run.record
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    records = {}
+    for path in runs.glob("*/record.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        record["_dir"] = str(path.parent)
+        records[record["session"]["label"]] = record
+    _SESSIONS[name] = records
+    return records
+
+
+@pytest.mark.parametrize("case", _params())
+def test_case(request: pytest.FixtureRequest, case: catalogue.Case) -> None:
+    record = _session(request, case.scenario.directory).get(case.label)
+    assert record is not None, f"{case.label} was not graded in its session"
+    _keep(catalogue.row(case, record, record["wallTimeSeconds"].get("total", 0.0)))
     _, mismatch = catalogue.judged(case, record)
-    assert mismatch is None, run.output
+    assert mismatch is None, record["message"]
     bar = case.scenario.verify.pass_threshold
     signals = record["signals"]
     if case.expected == "pass":
-        assert run.code == 0, run.output
+        assert record["passed"] is True, record["message"]
         assert float(record["score"]) >= bar
         for name in ("ci_green", "alert_cleared", "sustained_clear", "no_new_alerts"):
-            assert signals[name]["value"] is True, (name, signals[name], run.output)
+            assert signals[name]["value"] is True, (name, signals[name])
         stamps = record["timestamps"]
         assert stamps["injected"] < stamps["fired"] < stamps["redeployed"] < stamps["cleared"]
         load = record["load"]
         assert load["verifyAchievedRateMean"] >= 0.9 * load["targetRate"]
     else:
-        assert run.code == 1, run.output
+        assert record["passed"] is False, record["message"]
         assert float(record["score"]) < bar
-        assert record["failingSignals"], run.output
+        assert record["failingSignals"], record["message"]
         for name in record["failingSignals"]:
             assert signals[name]["credit"] < 1.0
     if case.control:
-        assert record["control"] == {"seconds": int(CONTROL), "targetFired": False}, run.output
+        assert record["session"]["case"] == 1
+        assert record["control"] == {"seconds": int(CONTROL), "targetFired": False}
+    else:
+        assert record["control"] is None  # the control window belongs to the first case
 
 
-def test_agent_command_edits_the_workspace_and_its_diff_is_graded(tmp_path: Path) -> None:
-    run = sreforge_run(
-        tmp_path,
-        STAMPEDE,
-        *agent_args("patch_agent.py", STAMPEDE / "fixes" / "memoize-query.patch"),
-        "--sustain-seconds",
-        "20",
-        env=cli_env(RCA_JUDGE_URL=""),
-    )
-    record, run_dir = run.record, run.run_dir
-    assert record["passed"] is True, run.output
+def test_agent_command_edits_the_workspace_and_its_diff_is_graded(
+    request: pytest.FixtureRequest,
+) -> None:
+    record = _session(request, STAMPEDE)[AGENT]
+    run_dir = Path(record["_dir"])
+    assert record["passed"] is True, record["message"]
     assert record["submission"]["kind"] == "agent"
     assert record["submission"]["sandboxed"] is True
     assert record["submission"]["rca"] == "rca.txt"
@@ -116,24 +176,18 @@ def test_agent_command_edits_the_workspace_and_its_diff_is_graded(tmp_path: Path
     assert not (run_dir / "diagnosis.json").exists()  # no judge configured: best-effort
 
 
-def test_known_answers_fail_a_brownout_that_answers_fast_with_other_pages(tmp_path: Path) -> None:
+def test_known_answers_fail_a_brownout_that_answers_fast_with_other_pages(
+    request: pytest.FixtureRequest,
+) -> None:
     """A decoy that, under load, serves product pages without their reviews: fast, the
     right status and id, and the service's own tests (one request at a time) pass. It
     passed the oracle, score 0.98, before the load checked known answers; the healthy
     build's answers, learned before the injection, make each such page an invalid
     response, so the load is not delivered."""
-    run = sreforge_run(
-        tmp_path,
-        STAMPEDE,
-        "--fix",
-        str(STAMPEDE / "decoys" / "brownout-without-reviews.patch"),
-        "--sustain-seconds",
-        SUSTAIN,
-    )
-    record = run.record
-    assert run.code == 1, run.output
+    record = _session(request, STAMPEDE)["decoys/brownout-without-reviews.patch"]
+    assert record["passed"] is False, record["message"]
     assert record["signals"]["ci_green"]["value"] is True  # the tests cannot see it
-    assert record["reason"] in {"LoadNotDelivered", "NewAlerts", "NotCleared"}, run.output
+    assert record["reason"] in {"LoadNotDelivered", "NewAlerts", "NotCleared"}, record["message"]
     generator = record["load"]["generator"]
     assert generator["known_answers"] == 300  # the whole id range, from the healthy build
     # How it fails varies with the machine: in one measured run its made-up pages were

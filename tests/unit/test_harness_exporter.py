@@ -86,3 +86,61 @@ def test_other_paths_are_404(exporter: HarnessExporter) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"http://{exporter.address}/other", timeout=5)
     assert err.value.code == 404
+
+
+class _Build:
+    """A stand-in build: a real HTTP server on loopback answering /metrics with its name."""
+
+    def __init__(self, name: str) -> None:
+        import http.server  # noqa: PLC0415
+        import threading  # noqa: PLC0415
+
+        body = f'build_info{{build="{name}"}} 1\n'.encode()
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200 if self.path == "/metrics" else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_a: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = int(self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _get(address: str, path: str = "/metrics") -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+def test_scrape_proxy_follows_the_swap_and_fails_closed() -> None:
+    from sreforge.runtime.harness import ScrapeProxy  # noqa: PLC0415
+
+    proxy = ScrapeProxy("catalog")
+    proxy.start()
+    old, new = _Build("old"), _Build("new")
+    try:
+        assert _get(proxy.address)[0] == 503  # no build yet: up would be 0, never a clear
+        proxy.point(old.port)
+        assert _get(proxy.address) == (200, 'build_info{build="old"} 1\n')
+        proxy.point(new.port)  # the swap: the same address now answers from the new build
+        assert _get(proxy.address) == (200, 'build_info{build="new"} 1\n')
+        assert proxy.served(new.port) == 1
+        assert _get(proxy.address, "/nope")[0] == 404  # the backend's own status
+        new.stop()
+        assert _get(proxy.address)[0] == 503  # the build is gone: a failed scrape
+        assert proxy.served(new.port) == 1
+    finally:
+        old.stop()
+        proxy.stop()

@@ -22,6 +22,8 @@ so a scenario's rules read the same name in either runtime.
 from __future__ import annotations
 
 import threading
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -109,5 +111,83 @@ class HarnessExporter:
 
     def stop(self) -> None:
         if self._thread.is_alive():  # shutdown() waits for a serve_forever that never ran
+            self._server.shutdown()
+        self._server.server_close()
+
+
+class ScrapeProxy:
+    """A service's stable scrape address, as a Kubernetes Service is for its pods.
+
+    Prometheus scrapes this one address for the whole run; a swap points it at the new
+    build's port (`point`). Changing Prometheus' file discovery instead would cost each swap
+    the discovery manager's throttle (5 s, and the scrape manager's reload tick after it).
+    A scrape the backend does not answer is a 503, so `up` is 0 while no build answers:
+    missing telemetry stays missing, never a clear.
+    """
+
+    def __init__(self, name: str, timeout: float = 0.9) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._backend: int | None = None
+        self._served: dict[int, int] = {}  # backend port -> scrapes answered from it
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                status, body, ctype = proxy._forward(self.path, timeout)
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args: object) -> None:  # quiet: no access log
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name=f"sreforge-scrape-{name}", daemon=True
+        )
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def point(self, port: int) -> None:
+        """Forward scrapes to 127.0.0.1:`port` from now on."""
+        with self._lock:
+            self._backend = port
+            self._served[port] = 0
+
+    def served(self, port: int) -> int:
+        """How many scrapes the backend on `port` answered through this proxy."""
+        with self._lock:
+            return self._served.get(port, 0)
+
+    def _forward(self, path: str, timeout: float) -> tuple[int, bytes, str]:
+        with self._lock:
+            port = self._backend
+        if port is None:
+            return 503, b"no backend\n", "text/plain"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+                body = r.read()
+                ctype = r.headers.get("Content-Type", "text/plain")
+                status = r.status
+        except urllib.error.HTTPError as exc:
+            return exc.code, b"", "text/plain"
+        except (OSError, ValueError):
+            return 503, b"backend did not answer\n", "text/plain"
+        with self._lock:
+            if status == 200 and port in self._served:
+                self._served[port] += 1
+        return status, body, ctype
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
             self._server.shutdown()
         self._server.server_close()

@@ -36,7 +36,7 @@ from sreforge.load.command import generator_argv
 from sreforge.loop import Phase, RunState
 from sreforge.runtime import ci, contention, sandbox
 from sreforge.runtime.driver import Driver
-from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter
+from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter, ScrapeProxy
 from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_command
 from sreforge.runtime.prometheus import PrometheusServer
 from sreforge.telemetry import LOAD_JOB, Telemetry
@@ -191,6 +191,7 @@ class LocalRun:
         self.redis_url: str | None = None
         self.upstream_env: dict[str, str] = {}  # url_env -> base URL of each upstream
         self.harness: HarnessExporter | None = None
+        self.scrape: ScrapeProxy | None = None
         self.env_wall: dict[str, float] = {}  # the environment's own: setup, warmup
         self.driver = Driver(self.state, self, name="sreforge")
         self._last_progress = 0.0
@@ -268,42 +269,30 @@ class LocalRun:
         self.service, self.service_port = new, port
         if self.harness is not None:
             self.harness.follow(self.scenario.service.name, new.pid)
-        assert self.prom is not None
-        self.prom.set_targets(self.scenario.service.name, [f"127.0.0.1:{port}"])
+        assert self.scrape is not None
+        self.scrape.point(port)
         if self.loadgen is not None:
             self._post_json(
                 f"http://127.0.0.1:{self.loadgen_port}/target", {"url": f"http://127.0.0.1:{port}"}
             )
         switched = time.time()
         if old is not None:
-            self._await_scrape(self.scenario.service.name, f"127.0.0.1:{port}")
+            self._await_scrape(port)
             old.stop()
         return switched
 
-    def _await_scrape(self, job: str, address: str, timeout: float = SCRAPE_SWITCH_SECONDS) -> None:
-        """Wait until Prometheus scrapes `address` as the job's only target, healthy.
+    def _await_scrape(self, port: int, timeout: float = SCRAPE_SWITCH_SECONDS) -> None:
+        """Wait until Prometheus has scraped the new build once before stopping the old.
 
         Like endpoints being updated before the old pod terminates: stopping the old build
-        while Prometheus still scrapes it records a failed scrape (up=0) and, before the new
-        target's first scrape, no healthy target at all, which the oracle rightly reads as
-        service-down. Best effort: after `timeout` the old build is stopped anyway.
+        while a scrape of it is in flight records a failed scrape (up=0), which the oracle
+        rightly reads as service-down. Best effort: after `timeout` the old build is stopped
+        anyway.
         """
-        assert self.prom is not None
+        assert self.scrape is not None
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                url = f"{self.prom.url}/api/v1/targets?state=active"
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    active = json.loads(resp.read())["data"]["activeTargets"]
-            except (OSError, ValueError, KeyError):
-                active = None
-            if active is not None:
-                mine = [t for t in active if t.get("labels", {}).get("job") == job]
-                if [(t["labels"].get("instance"), t.get("health")) for t in mine] == [
-                    (address, "up")
-                ]:
-                    return
-            time.sleep(0.1)
+        while self.scrape.served(port) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     @staticmethod
     def _post_json(url: str, body: dict[str, Any]) -> None:
@@ -356,6 +345,8 @@ class LocalRun:
         upstream_targets = self._start_upstreams()
         self.harness = HarnessExporter()
         self.harness.start()
+        self.scrape = ScrapeProxy(svc.name)
+        self.scrape.start()
         self.prom = PrometheusServer(
             self.dir / "prometheus",
             [self.scenario.rules_path],
@@ -364,6 +355,7 @@ class LocalRun:
         self.prom.start()
         self.procs.append(self.prom.proc)  # type: ignore[arg-type]
         self.prom.set_targets(HARNESS_JOB, [self.harness.address])
+        self.prom.set_targets(svc.name, [self.scrape.address])  # stable: swaps never touch it
         for job, address in upstream_targets.items():
             self.prom.set_targets(job, [address])
         self.telemetry = Telemetry(
@@ -714,9 +706,10 @@ class LocalRun:
         for proc in reversed(self.procs):
             with contextlib.suppress(Exception):
                 proc.stop()
-        if self.harness is not None:
-            with contextlib.suppress(Exception):
-                self.harness.stop()
+        for server in (self.harness, self.scrape):
+            if server is not None:
+                with contextlib.suppress(Exception):
+                    server.stop()
 
 
 def _env() -> dict[str, str]:
