@@ -121,11 +121,12 @@ class ScrapeProxy:
     Prometheus scrapes this one address for the whole run; a swap points it at the new
     build's port (`point`). Changing Prometheus' file discovery instead would cost each swap
     the discovery manager's throttle (5 s, and the scrape manager's reload tick after it).
-    A scrape the backend does not answer is a 503, so `up` is 0 while no build answers:
-    missing telemetry stays missing, never a clear.
+    A scrape the backend does not answer within `timeout` (under Prometheus' 900 ms scrape
+    timeout) is a 503, so `up` is 0 while no build answers: missing telemetry stays missing,
+    never a clear.
     """
 
-    def __init__(self, name: str, timeout: float = 0.9) -> None:
+    def __init__(self, name: str, timeout: float = 0.8) -> None:
         self.name = name
         self._lock = threading.Lock()
         self._backend: int | None = None
@@ -135,11 +136,14 @@ class ScrapeProxy:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 status, body, ctype = proxy._forward(self.path, timeout)
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:  # Prometheus gave up first (its scrape timeout): a failed scrape
+                    self.close_connection = True
 
             def log_message(self, *_args: object) -> None:  # quiet: no access log
                 pass

@@ -216,6 +216,19 @@ class LocalRun:
         self.sandboxed: bool | None = None
         # the seconds this case's steps took; the first case also shows the environment's
         self.wall: dict[str, float] = dict(self.env_wall) if index == 0 else {}
+        # the load generator's counters run for the whole environment: a later case's
+        # record shows what they counted since the case began
+        self._generator_base = None if index == 0 else self._generator_stats()
+
+    def _generator_stats(self) -> dict[str, Any] | None:
+        if not self.loadgen_port:
+            return None
+        with contextlib.suppress(OSError, ValueError):
+            url = f"http://127.0.0.1:{self.loadgen_port}/stats"
+            with urllib.request.urlopen(url, timeout=3) as resp:
+                stats = json.loads(resp.read())
+            return stats if isinstance(stats, dict) else None
+        return None
 
     def _label(self, what: str) -> str:
         """A process label unique in the environment (one per case in a session)."""
@@ -658,13 +671,7 @@ class LocalRun:
                 name: self.telemetry.query_range(q, since, end, 1.0) for name, q in SERIES.items()
             }
             (self.case_dir / "metrics.json").write_text(json.dumps(series), encoding="utf-8")
-        generator: dict[str, Any] | None = None
-        if self.loadgen_port:
-            with contextlib.suppress(OSError, ValueError):
-                url = f"http://127.0.0.1:{self.loadgen_port}/stats"
-                with urllib.request.urlopen(url, timeout=3) as resp:
-                    stats = json.loads(resp.read())
-                generator = stats if isinstance(stats, dict) else None
+        generator = _since(self._generator_stats(), self._generator_base)
         control = getattr(self, "control", None) if self.case_index == 0 else None
         case, d, sess = self.case, self.case_dir, self.session
         self.run_record = RunRecord.build(
@@ -710,6 +717,36 @@ class LocalRun:
             if server is not None:
                 with contextlib.suppress(Exception):
                     server.stop()
+
+
+# The load generator's /stats counters that count up for as long as it runs.
+_COUNTERS = (
+    "completed",
+    "dropped",
+    "dropped_late",
+    "interrupted",
+    "scheduled",
+    "started",
+    "target_switches",
+    "elapsed_seconds",
+)
+
+
+def _since(stats: dict[str, Any] | None, base: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`stats` with its counters (and outcomes) counted from `base` on; gauges as they are."""
+    if stats is None or base is None:
+        return stats
+    out = dict(stats)
+    for key in _COUNTERS:
+        if isinstance(stats.get(key), int | float) and isinstance(base.get(key), int | float):
+            out[key] = round(stats[key] - base[key], 3)
+    now, then = stats.get("outcomes"), base.get("outcomes")
+    if isinstance(now, dict) and isinstance(then, dict):
+        out["outcomes"] = {k: v - then.get(k, 0) for k, v in now.items()}
+    if isinstance(out.get("elapsed_seconds"), float) and out["elapsed_seconds"] > 0:
+        out["achieved_rate_total"] = round(out["started"] / out["elapsed_seconds"], 3)
+    out["since_case_began"] = True
+    return out
 
 
 def _env() -> dict[str, str]:
