@@ -360,35 +360,40 @@ class LocalRun:
         self.harness.start()
         self.scrape = ScrapeProxy(svc.name)
         self.scrape.start()
+        loadgen_port = free_port()
         self.prom = PrometheusServer(
             self.dir / "prometheus",
             [self.scenario.rules_path],
             [svc.name, LOAD_JOB, HARNESS_JOB, *upstream_targets],
         )
-        self.prom.start()
-        self.procs.append(self.prom.proc)  # type: ignore[arg-type]
+        # Every target is known before Prometheus starts: its first discovery finds them
+        # all, and none waits for the discovery manager's throttle after a later change.
         self.prom.set_targets(HARNESS_JOB, [self.harness.address])
         self.prom.set_targets(svc.name, [self.scrape.address])  # stable: swaps never touch it
+        self.prom.set_targets(LOAD_JOB, [f"127.0.0.1:{loadgen_port}"])
         for job, address in upstream_targets.items():
             self.prom.set_targets(job, [address])
+        self.prom.start()
+        self.procs.append(self.prom.proc)  # type: ignore[arg-type]
         self.telemetry = Telemetry(
             self.prom.url, target_series=self.scenario.target_series, service_job=svc.name
         )
         self._say("starting the healthy build under load")
+        t_healthy = time.time()
         self._swap_service(self.healthy, "healthy")
+        self.env_wall["healthyStart"] = time.time() - t_healthy
         port_file = self.dir / "loadgen.port"
         self.loadgen = self._spawn(
             "loadgen",
             generator_argv(
                 self.scenario.load,
                 f"http://127.0.0.1:{self.service_port}",
-                listen="127.0.0.1:0",
+                listen=f"127.0.0.1:{loadgen_port}",
                 port_file=port_file,
             ),
             env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         )
         self.loadgen_port = int(self.loadgen.wait_file(port_file, 20))
-        self.prom.set_targets(LOAD_JOB, [f"127.0.0.1:{self.loadgen_port}"])
         deadline = time.monotonic() + 30
         while self.telemetry.load() is None:  # the first scrape with a rate
             if time.monotonic() > deadline:
