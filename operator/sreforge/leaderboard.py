@@ -34,6 +34,7 @@ class RunRow:
     timeToClearSeconds: float | None
     durationSeconds: float | None
     started: str | None
+    campaign: str | None = None  # the campaign (or None) whose warm session graded the run
 
     @property
     def graded(self) -> bool:
@@ -70,17 +71,23 @@ def _label(source: str | None) -> str:
 
 def _row(record: RunRecord) -> RunRow:
     started = record.timestamps.started
+    session = record.session
     return RunRow(
         scenario=record.scenario.name,
         runId=record.run_id,
-        label=_label(record.submission.source),
+        label=session.label if session is not None else _label(record.submission.source),
         passed=record.passed,
         score=record.score,
         reason=record.reason.value,
         timeToClearSeconds=record.time_to_clear_seconds,
         durationSeconds=record.wall_time_seconds.get("total"),
         started=None if started is None else started.isoformat(),
+        campaign=None if session is None else session.campaign,
     )
+
+
+# What else a runs directory holds: a warm session's environments, a campaign's summary.
+NOT_RUNS = ("session.json", "campaign.json")
 
 
 def collect_with_skipped(runs_dir: Path) -> tuple[list[RunRow], list[Path]]:
@@ -91,11 +98,14 @@ def collect_with_skipped(runs_dir: Path) -> tuple[list[RunRow], list[Path]]:
     if not Path(runs_dir).is_dir():
         return rows, skipped
     for d in sorted(p for p in Path(runs_dir).iterdir() if p.is_dir()):
+        if any((d / name).exists() for name in NOT_RUNS):
+            continue
         try:
             rows.append(_row(RunRecord.model_validate_json((d / "record.json").read_bytes())))
         except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
             skipped.append(d)
-    rows.sort(key=lambda r: (r.started or "", r.runId))
+    # grouped by campaign (single runs first), in start order within each group
+    rows.sort(key=lambda r: (r.campaign or "", r.started or "", r.runId))
     return rows, skipped
 
 
@@ -134,7 +144,11 @@ def format_table(rows: list[RunRow], sums: list[ScenarioSummary], skipped: int =
         f"{'SCENARIO':<26} {'RUN':<46} {'FIX/AGENT':<30} {'VERDICT':<7} {'SCORE':>6} "
         f"{'REASON':<16} {'TTC(s)':>7} {'DUR(s)':>7}  STARTED"
     ]
+    group: object = ()
     for r in rows:
+        if r.campaign != group and (r.campaign or group != ()):
+            lines.append(f"-- campaign {r.campaign}" if r.campaign else "-- single runs")
+        group = r.campaign
         verdict = "PASS" if r.passed else ("FAIL" if r.graded else "n/a")
         lines.append(
             f"{r.scenario:<26} {r.runId:<46} {r.label:<30} {verdict:<7} {r.score:>6.3f} "

@@ -203,3 +203,41 @@ def test_a_real_run_directory_is_a_row(tmp_path: Path) -> None:
         started="2026-12-03T11:47:59.035036+00:00",
     )
     assert row.graded
+
+
+def test_runs_are_grouped_by_campaign_and_session_folders_are_not_runs(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    single = _record("alpha", "s1", passed=True, score=0.97, reason="Passed", started=_at(9))
+    _write(runs, single)
+    for i, (label, passed) in enumerate([("fixes/a.patch", True), ("empty", False)]):
+        rec = _record(
+            "alpha",
+            f"c{i}",
+            passed=passed,
+            score=0.97 if passed else 0.35,
+            reason="Passed" if passed else "NotCleared",
+            started=_at(1),
+        )
+        rec["session"] = {
+            "id": "alpha-session",
+            "campaign": "campaign-1",
+            "label": label,
+            "case": i + 1,
+            "cases": 2,
+            "environment": 1,
+        }
+        _write(runs, rec)
+    (runs / "alpha-session").mkdir()  # the session's environments: not a run
+    (runs / "alpha-session" / "session.json").write_text("{}", encoding="utf-8")
+    (runs / "campaign-1").mkdir()
+    (runs / "campaign-1" / "campaign.json").write_text("{}", encoding="utf-8")
+    rows, skipped = leaderboard.collect_with_skipped(runs)
+    assert skipped == []
+    assert [(r.runId, r.campaign, r.label) for r in rows] == [
+        ("s1", None, "some-fix.patch"),
+        ("c0", "campaign-1", "fixes/a.patch"),  # a case is shown by its session label
+        ("c1", "campaign-1", "empty"),
+    ]
+    table = leaderboard.format_table(rows, leaderboard.summary(rows))
+    lines = table.splitlines()
+    assert lines.index("-- single runs") < lines.index("-- campaign campaign-1")
