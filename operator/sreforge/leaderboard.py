@@ -144,9 +144,10 @@ def format_table(rows: list[RunRow], sums: list[ScenarioSummary], skipped: int =
         f"{'SCENARIO':<26} {'RUN':<46} {'FIX/AGENT':<30} {'VERDICT':<7} {'SCORE':>6} "
         f"{'REASON':<16} {'TTC(s)':>7} {'DUR(s)':>7}  STARTED"
     ]
+    grouped = any(r.campaign for r in rows)  # headers only where there are campaigns
     group: object = ()
     for r in rows:
-        if r.campaign != group and (r.campaign or group != ()):
+        if grouped and r.campaign != group:
             lines.append(f"-- campaign {r.campaign}" if r.campaign else "-- single runs")
         group = r.campaign
         verdict = "PASS" if r.passed else ("FAIL" if r.graded else "n/a")
