@@ -30,6 +30,18 @@ class Phase(StrEnum):
     DONE = "Done"
 
 
+# The phases in which a driver samples the alerts (outside them nothing is observed).
+SAMPLED_PHASES = frozenset(
+    {
+        Phase.AWAITING_FIRE,
+        Phase.AWAITING_SUBMISSION,
+        Phase.CI,
+        Phase.DEPLOYING,
+        Phase.VERIFYING,
+    }
+)
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
