@@ -53,6 +53,7 @@ from sreforge.api.resources import (
 )
 from sreforge.api.scenario import LoadProfile, Scenario, ScenarioError, VerifySpec, load_scenario
 from sreforge.api.verdict import Verdict
+from sreforge.errors import SreforgeError
 from sreforge.load import k6
 from sreforge.loop import Action, Phase, RunState
 from sreforge.runtime import ci, failpoint
@@ -78,7 +79,7 @@ OVERLAY_SRC = "/sreforge/src"
 OVERLAY_PATCH = "/sreforge/patch"
 
 
-class KubeError(RuntimeError):
+class KubeError(SreforgeError, RuntimeError):
     """A Kubernetes interaction that failed; the message is for a condition or a Fault."""
 
 

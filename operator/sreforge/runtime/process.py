@@ -15,6 +15,8 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sreforge.errors import SreforgeError
+
 _PR_SET_PDEATHSIG = 1
 # Looked up once here: the child between fork and exec must not import or dlopen anything.
 _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
@@ -35,7 +37,7 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-class ProcessError(RuntimeError):
+class ProcessError(SreforgeError, RuntimeError):
     """A process that would not start or become ready; the message holds its log tail."""
 
 
