@@ -2,9 +2,9 @@
 
     kopf run --standalone --all-namespaces -m sreforge.handlers     (or: sreforge operator)
 
-Thin by design: each Incident gets a daemon that runs `runtime.kube.IncidentRun` (the
-closed loop, resumed from `status.loop` after a restart); a new Submission is admitted by
-`runtime.kube.admit_submission` (refusals, the in-process patch vetting, the queue).
+Thin by design: each Incident gets a daemon that runs `runtime.kube.incident.IncidentRun`
+(the closed loop, resumed from `status.loop` after a restart); a new Submission is admitted
+by `runtime.kube.intake.admit_submission` (refusals, the in-process patch vetting, the queue).
 """
 
 from __future__ import annotations
@@ -18,14 +18,10 @@ from pydantic import ValidationError
 
 from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
 from sreforge.api.scenario import ScenarioError
-from sreforge.runtime.kube import (
-    IncidentRun,
-    Kube,
-    KubeError,
-    OperatorConfig,
-    admit_submission,
-    restore_on_delete,
-)
+from sreforge.runtime.kube.client import Kube, KubeError
+from sreforge.runtime.kube.config import OperatorConfig
+from sreforge.runtime.kube.incident import IncidentRun, restore_on_delete
+from sreforge.runtime.kube.intake import admit_submission
 
 _kube: Kube | None = None
 _lock = threading.Lock()

@@ -1,0 +1,168 @@
+"""What the operator writes to status: conditions, a Submission's grade, the CI gate's result
+from its Job, and the loop state it persists in an Incident's `status.loop`."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sreforge.api.observation import CIResult, CIStatus
+from sreforge.api.verdict import Verdict
+from sreforge.loop import Phase, RunState
+
+
+def now_iso() -> str:
+    return datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(  # noqa: PLR0917 (the condition's fields, in metav1.Condition order)
+    conditions: list[dict[str, Any]],
+    type_: str,
+    status: str,
+    reason: str,
+    message: str = "",
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """Conditions with `type_` upserted (lastTransitionTime kept unless the status changed)."""
+    out = [dict(c) for c in conditions]
+    for c in out:
+        if c.get("type") == type_:
+            if c.get("status") != status:
+                c["lastTransitionTime"] = now_iso()
+            c.update(status=status, reason=reason, message=message[:32_000])
+            if generation is not None:
+                c["observedGeneration"] = generation
+            return out
+    new: dict[str, Any] = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message[:32_000],
+        "lastTransitionTime": now_iso(),
+    }
+    if generation is not None:
+        new["observedGeneration"] = generation
+    out.append(new)
+    return out
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return None
+
+
+def ci_result_of(
+    ok: bool, details: dict[str, Any], test_command: list[str], seconds: float, files: list[str]
+) -> CIResult:
+    """The CI gate's result from the Job's outcome and its containers' termination messages."""
+    boxes = details.get("containers") or []
+    failed = [b for b in boxes if b["exitCode"]]
+    if ok:
+        main = next((b for b in boxes if b["name"] == "test"), None)
+        return CIResult(
+            status=CIStatus.GREEN,
+            reason="build and tests passed",
+            output_tail=(main or {}).get("message", ""),
+            duration_seconds=seconds,
+            files_changed=files,
+        )
+    if failed and failed[0]["name"] == "patch":
+        return CIResult(
+            status=CIStatus.REJECTED,
+            reason=(failed[0]["message"] or "the patch did not apply").strip()[:2000],
+            duration_seconds=seconds,
+            files_changed=files,
+        )
+    if failed and failed[0]["name"] == "test":
+        return CIResult(
+            status=CIStatus.RED,
+            reason=f"`{shlex.join(test_command)}` exited {failed[0]['exitCode']}",
+            output_tail=failed[0]["message"],
+            duration_seconds=seconds,
+            files_changed=files,
+        )
+    why = details.get("jobReason") or (failed[0]["message"] if failed else "")
+    return CIResult(
+        status=CIStatus.ERROR,
+        reason=f"CI Job failed: {why}"[:2000],
+        duration_seconds=seconds,
+        files_changed=files,
+    )
+
+
+def verdict_status(verdict: Verdict, ci_res: CIResult | None) -> dict[str, Any]:
+    """A Verdict as Submission status fields."""
+    feedback = ""
+    if ci_res is not None:
+        feedback = f"CI {ci_res.status.value}: {ci_res.reason}"
+        if ci_res.output_tail:
+            feedback += "\n" + ci_res.output_tail
+    return {
+        "passed": verdict.passed,
+        "score": round(verdict.score, 4),
+        "reason": verdict.reason.value,
+        "ciFeedback": feedback[:60_000],
+        "signals": {
+            s.name.value: {
+                "value": s.value,
+                "credit": round(s.credit, 4),
+                "weight": s.weight,
+                "detail": s.detail[:1000],
+            }
+            for s in verdict.signals
+        },
+    }
+
+
+@dataclass
+class Persisted:
+    """What status.loop holds: the loop state plus the driver's own bookkeeping."""
+
+    state: RunState
+    submission: str | None = None
+    graded: list[str] = field(default_factory=list)
+    baseline_image: str | None = None
+    baseline_workdir: str | None = None
+    finished: bool = False
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "state": self.state.model_dump(mode="json"),
+            "submission": self.submission,
+            "graded": self.graded,
+            "baselineImage": self.baseline_image,
+            "baselineWorkdir": self.baseline_workdir,
+            "finished": self.finished,
+        }
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> Persisted:
+        return cls(
+            state=RunState.model_validate(data["state"]),
+            submission=data.get("submission"),
+            graded=list(data.get("graded") or []),
+            baseline_image=data.get("baselineImage"),
+            baseline_workdir=data.get("baselineWorkdir"),
+            finished=bool(data.get("finished")),
+        )
+
+
+def incident_phase(p: Persisted) -> str:
+    st = p.state
+    if p.finished:
+        return "Succeeded" if st.verdict is not None and st.verdict.passed else "Failed"
+    return {
+        Phase.PENDING: "Pending",
+        Phase.INJECTING: "Injecting",
+        Phase.AWAITING_FIRE: "Injected",
+        Phase.AWAITING_SUBMISSION: "AwaitingSubmission",
+        Phase.CI: "Grading",
+        Phase.DEPLOYING: "Grading",
+        Phase.VERIFYING: "Grading",
+        Phase.RESTORING: "Restoring",
+        Phase.DONE: "Restoring",
+    }[st.phase]
