@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import re
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,28 @@ def test_apply_patch_entry_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("TERMINATION_LOG", str(term))
     assert applypatch.main(["apply-patch", str(tree), str(bad), "--protected", "tests"]) == 1
     assert "protected paths: tests/x.py" in term.read_text()
+
+
+def test_conditions_keep_their_transition_time_until_the_status_changes() -> None:
+    """cert-manager's rule: lastTransitionTime moves only when the status does."""
+    then = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+    old = status.condition("Accepted", False, "Queued", "waiting").model_copy(
+        update={"last_transition_time": then, "observed_generation": 1}
+    )
+    other = status.condition("CIPassed", None, "Pending")
+    same = status.set_condition([old, other], status.condition("Accepted", False, "Other"))
+    assert [c.type for c in same] == ["Accepted", "CIPassed"]
+    assert (same[0].reason, same[0].last_transition_time) == ("Other", then)
+    assert same[0].observed_generation == 1  # no generation given: the old one stays
+    flipped = status.set_condition(same, status.condition("Accepted", True, "Grading"), 2)
+    assert flipped[0].status == "True"
+    assert flipped[0].last_transition_time > then
+    assert flipped[0].observed_generation == 2
+    added = status.set_condition([old], status.condition("Verified", True, "Passed", "x" * 40_000))
+    assert added[1].type == "Verified"
+    assert added[1].observed_generation is None
+    assert len(added[1].message) == status.MAX_MESSAGE
+    wire = added[0].model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert wire["lastTransitionTime"] == "2025-01-02T03:04:05Z"
+    assert status.condition_of({"status": {"conditions": [wire]}}, "Accepted") == added[0]
+    assert status.is_queued({"status": {"conditions": [wire]}})

@@ -6,11 +6,18 @@ import contextlib
 import copy
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
+from sreforge.api.resources import (
+    GROUP,
+    INCIDENT_PLURAL,
+    SUBMISSION_PLURAL,
+    VERSION,
+    Condition,
+)
 from sreforge.errors import SreforgeError
-from sreforge.runtime.kube.status import set_condition
+from sreforge.runtime.kube.status import conditions_of, set_condition
 
 
 class KubeError(SreforgeError, RuntimeError):
@@ -97,19 +104,21 @@ class Kube:
         plural: str,
         ns: str,
         name: str,
-        updates: list[tuple[str, str, str, str]],
+        updates: Sequence[Condition],
         extra: dict[str, Any] | None = None,
     ) -> None:
+        """Upsert `updates` into the object's conditions and write them with `extra` status."""
         getter = self.get_incident if plural == INCIDENT_PLURAL else self.get_submission
         obj = getter(ns, name)
         if obj is None:
             return
-        conds = list((obj.get("status") or {}).get("conditions") or [])
+        conds = conditions_of(obj)
         gen = obj["metadata"].get("generation")
-        for type_, status, reason, message in updates:
-            conds = set_condition(conds, type_, status, reason, message, gen)
+        for new in updates:
+            conds = set_condition(conds, new, gen)
+        dumped = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conds]
         self.patch_status(
-            plural, ns, name, {**(extra or {}), "conditions": conds, "observedGeneration": gen}
+            plural, ns, name, {**(extra or {}), "conditions": dumped, "observedGeneration": gen}
         )
 
     def create(self, obj: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +20,13 @@ from typing import Any
 
 from sreforge import judge, loop
 from sreforge.api.observation import CIResult, CIStatus
-from sreforge.api.resources import INCIDENT_PLURAL, SUBMISSION_PLURAL, IncidentSpec, SubmissionSpec
+from sreforge.api.resources import (
+    INCIDENT_PLURAL,
+    SUBMISSION_PLURAL,
+    Condition,
+    IncidentSpec,
+    SubmissionSpec,
+)
 from sreforge.api.verdict import Verdict
 from sreforge.loop import Action, Phase, RunState
 from sreforge.runtime import ci, failpoint
@@ -44,6 +51,7 @@ from sreforge.runtime.kube.status import (
     ci_result_of,
     condition,
     incident_phase,
+    is_queued,
     verdict_status,
 )
 from sreforge.telemetry import Telemetry
@@ -98,7 +106,7 @@ class IncidentRun:
     # --- status
     def _persist(
         self,
-        conditions: list[tuple[str, str, str, str]] = (),  # type: ignore[assignment]
+        conditions: Sequence[Condition] = (),
         extra: dict[str, Any] | None = None,
     ) -> None:
         st = self.p.state
@@ -113,7 +121,7 @@ class IncidentRun:
             body["firedTime"] = datetime.fromtimestamp(st.fired_at, tz=UTC).strftime(
                 "%Y-%m-%dT%H:%M:%SZ"
             )
-        self.kube.update_conditions(INCIDENT_PLURAL, self.ns, self.name, list(conditions), body)
+        self.kube.update_conditions(INCIDENT_PLURAL, self.ns, self.name, conditions, body)
         self._last_persist = time.monotonic()
         entered = st.phase is not self._persisted_phase
         self._persisted_phase = st.phase
@@ -123,7 +131,7 @@ class IncidentRun:
     def _sub_conditions(
         self,
         sub: str,
-        updates: list[tuple[str, str, str, str]],
+        updates: Sequence[Condition],
         extra: dict[str, Any] | None = None,
     ) -> None:
         self.kube.update_conditions(SUBMISSION_PLURAL, self.ns, sub, updates, extra)
@@ -161,8 +169,8 @@ class IncidentRun:
         else:
             self._persist(
                 [
-                    ("Injected", "Unknown", "Pending", "starting the run"),
-                    ("Succeeded", "Unknown", "Running", "the run is in progress"),
+                    condition("Injected", None, "Pending", "starting the run"),
+                    condition("Succeeded", None, "Running", "the run is in progress"),
                 ]
             )
             actions = self._step(loop.Start(t=time.time()))
@@ -225,21 +233,21 @@ class IncidentRun:
 
     def _on_phase_change(self) -> None:
         st = self.p.state
-        conds: list[tuple[str, str, str, str]] = []
+        conds: list[Condition] = []
         if st.phase is Phase.AWAITING_FIRE:
             conds.append(
-                (
+                condition(
                     "Injected",
-                    "True",
+                    True,
                     "RegressedBuildRolledOut",
                     f"{self.target_ns}/{self.target} runs "
                     f"{self.cfg.image(self.scenario.service.name, 'regressed')}; load started",
                 )
             )
             conds.append(
-                (
+                condition(
                     "AlertFiring",
-                    "False",
+                    False,
                     "Waiting",
                     f"waiting up to {st.verify.fire_timeout_seconds}s for {st.target_alert}",
                 )
@@ -299,16 +307,16 @@ class IncidentRun:
         st = self.p.state
         self._persist(
             [
-                (
+                condition(
                     "AlertFiring",
-                    "True",
+                    True,
                     "TargetAlertFiring",
                     f"{st.target_alert} fired "
                     f"{(st.fired_at or 0) - (st.injected_at or 0):.0f}s after the injection",
                 ),
-                (
+                condition(
                     "AwaitingSubmission",
-                    "True",
+                    True,
                     "HandedOff",
                     "the brief is in status.brief; create a Submission",
                 ),
@@ -323,7 +331,7 @@ class IncidentRun:
             if (s.get("spec") or {}).get("incidentRef", {}).get("name") == self.name
             and s["metadata"]["name"] not in self.p.graded
         ]
-        queued = [s for s in subs if (condition(s, "Accepted") or {}).get("reason") == "Queued"]
+        queued = [s for s in subs if is_queued(s)]
         queued.sort(key=lambda s: (s["metadata"]["creationTimestamp"], s["metadata"]["name"]))
         return queued[0]["metadata"]["name"] if queued else None
 
@@ -331,9 +339,9 @@ class IncidentRun:
         for s in self.kube.list_submissions(self.ns):
             if (s.get("spec") or {}).get("incidentRef", {}).get("name") != self.name:
                 continue
-            if (condition(s, "Accepted") or {}).get("reason") == "Queued":
+            if is_queued(s):
                 self._sub_conditions(
-                    s["metadata"]["name"], [("Accepted", "False", reason, message)]
+                    s["metadata"]["name"], [condition("Accepted", False, reason, message)]
                 )
 
     def _start_grading(self, sub: str) -> list[Action]:
@@ -342,15 +350,17 @@ class IncidentRun:
         self._sub_conditions(
             sub,
             [
-                (
+                condition(
                     "Accepted",
-                    "True",
+                    True,
                     "Grading",
                     f"graded against Incident {self.name} (run {self.p.state.run_id})",
                 )
             ],
         )
-        self._persist([("AwaitingSubmission", "False", "Grading", f"grading Submission {sub}")])
+        self._persist(
+            [condition("AwaitingSubmission", False, "Grading", f"grading Submission {sub}")]
+        )
         return self._step(loop.Submitted(t=time.time()))
 
     def _patch_text(self) -> str:
@@ -393,9 +403,9 @@ class IncidentRun:
                 self._sub_conditions(
                     sub,
                     [
-                        (
+                        condition(
                             "CIPassed",
-                            "True" if res.green else "False",
+                            res.green,
                             "Green" if res.green else res.status.value.capitalize(),
                             res.reason,
                         )
@@ -431,14 +441,14 @@ class IncidentRun:
                 self._stop,
             )
         except KubeError as exc:
-            self._sub_conditions(sub, [("Deployed", "False", "RolloutFailed", str(exc))])
+            self._sub_conditions(sub, [condition("Deployed", False, "RolloutFailed", str(exc))])
             return loop.DeployFailed(t=time.time(), reason=str(exc)[:2000])
         self._sub_conditions(
             sub,
             [
-                (
+                condition(
                     "Deployed",
-                    "True",
+                    True,
                     "RolledOut",
                     f"{self.target_ns}/{self.target} runs the patched build",
                 )
@@ -459,23 +469,17 @@ class IncidentRun:
         }
         # The Incident first: whoever sees the Submission graded sees the Incident's summary.
         self._persist(
-            [
-                (
-                    "Verified",
-                    "True" if verdict.passed else "False",
-                    verdict.reason.value,
-                    verdict.message,
-                )
-            ],
+            [condition("Verified", verdict.passed, verdict.reason.value, verdict.message)],
             {"verdict": summary},
         )
         failpoint.reached("applied:record")
         if sub is not None:
             fields = verdict_status(verdict, st.ci)
-            ok = "True" if verdict.passed else "False"
-            conds = [("Verified", ok, verdict.reason.value, verdict.message)]
+            conds = [condition("Verified", verdict.passed, verdict.reason.value, verdict.message)]
             if st.ci is not None and not st.ci.green:
-                conds.append(("CIPassed", "False", st.ci.status.value.capitalize(), st.ci.reason))
+                conds.append(
+                    condition("CIPassed", False, st.ci.status.value.capitalize(), st.ci.reason)
+                )
             self._sub_conditions(sub, conds, fields)
             self._judge(sub, verdict)
 
@@ -559,9 +563,9 @@ class IncidentRun:
             )
             self._persist(
                 [
-                    (
+                    condition(
                         "AwaitingSubmission",
-                        "True",
+                        True,
                         "HandedOff",
                         f"Submission {self.p.graded[-1]} did not pass "
                         f"({verdict.reason.value}); the next one is graded",
@@ -580,11 +584,10 @@ class IncidentRun:
         for obj in load:
             if obj["kind"] == "Job":
                 self.kube.delete_job(self.ns, obj["metadata"]["name"])
-        ok = "True" if verdict.passed else "False"
         self._persist(
             [
-                ("AwaitingSubmission", "False", "Finished", "the run is over"),
-                ("Succeeded", ok, verdict.reason.value, verdict.message),
+                condition("AwaitingSubmission", False, "Finished", "the run is over"),
+                condition("Succeeded", verdict.passed, verdict.reason.value, verdict.message),
             ]
         )
         self._refuse_queued(

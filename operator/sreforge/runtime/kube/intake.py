@@ -6,13 +6,13 @@ from typing import Any
 
 from sreforge import oracle
 from sreforge.api.observation import CIResult, CIStatus
-from sreforge.api.resources import SUBMISSION_PLURAL, IncidentSpec, SubmissionSpec
+from sreforge.api.resources import SUBMISSION_PLURAL, Condition, IncidentSpec, SubmissionSpec
 from sreforge.api.scenario import ScenarioError, VerifySpec
 from sreforge.api.verdict import Verdict
 from sreforge.runtime import ci
 from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import OperatorConfig, effective_verify
-from sreforge.runtime.kube.status import condition, verdict_status
+from sreforge.runtime.kube.status import condition, condition_of, verdict_status
 
 
 def submission_patch(kube: Kube, ns: str, spec: SubmissionSpec) -> str:
@@ -38,11 +38,11 @@ def rejected_verdict(verify: VerifySpec, alert: str, reason: str) -> tuple[Verdi
 def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> None:
     """First look at a new Submission: refuse what cannot be graded, vet the patch in-process
     (a rejected patch is graded red at once), queue the rest for the Incident's driver."""
-    if condition(sub, "Accepted") is not None:
+    if condition_of(sub, "Accepted") is not None:
         return
     ns, name = sub["metadata"]["namespace"], sub["metadata"]["name"]
 
-    def cond(updates: list[tuple[str, str, str, str]], extra: dict[str, Any] | None = None) -> None:
+    def cond(updates: list[Condition], extra: dict[str, Any] | None = None) -> None:
         kube.update_conditions(SUBMISSION_PLURAL, ns, name, updates, extra)
 
     spec = SubmissionSpec.model_validate(sub.get("spec") or {})
@@ -51,9 +51,9 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
     if inc is None:
         cond(
             [
-                (
+                condition(
                     "Accepted",
-                    "False",
+                    False,
                     "IncidentNotFound",
                     f"no Incident {inc_name!r} in namespace {ns}",
                 )
@@ -64,9 +64,9 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
     if loop_status.get("finished"):
         cond(
             [
-                (
+                condition(
                     "Accepted",
-                    "False",
+                    False,
                     "IncidentFinished",
                     f"Incident {inc_name} is finished ({(inc.get('status') or {}).get('phase')})",
                 )
@@ -76,7 +76,7 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
     try:
         scenario = cfg.scenario(IncidentSpec.model_validate(inc["spec"]).scenario)
     except ScenarioError as exc:
-        cond([("Accepted", "False", "ScenarioNotFound", str(exc))])
+        cond([condition("Accepted", False, "ScenarioNotFound", str(exc))])
         return
     try:
         patch = submission_patch(kube, ns, spec)
@@ -88,9 +88,11 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
         )
         cond(
             [
-                ("Accepted", "True", "Vetted", "graded without a run: the patch was refused"),
-                ("CIPassed", "False", "PatchRejected", str(exc)),
-                ("Verified", "False", verdict.reason.value, verdict.message),
+                condition(
+                    "Accepted", True, "Vetted", "graded without a run: the patch was refused"
+                ),
+                condition("CIPassed", False, "PatchRejected", str(exc)),
+                condition("Verified", False, verdict.reason.value, verdict.message),
             ],
             verdict_status(verdict, ci_res),
         )
@@ -98,9 +100,9 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
     phase = (inc.get("status") or {}).get("phase") or "Pending"
     cond(
         [
-            (
+            condition(
                 "Accepted",
-                "False",
+                False,
                 "Queued",
                 f"waiting for Incident {inc_name} (phase {phase}); "
                 "one Submission is graded at a time",

@@ -4,55 +4,73 @@ from its Job, and the loop state it persists in an Incident's `status.loop`."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from sreforge.api.observation import CIResult, CIStatus
+from sreforge.api.resources import Condition
 from sreforge.api.verdict import Verdict
 from sreforge.loop import Phase, RunState
 
+# a condition's message is cut here, inside metav1.Condition's 32 KiB
+MAX_MESSAGE = 32_000
 
-def now_iso() -> str:
-    return datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+def condition(type_: str, status: bool | None, reason: str, message: str = "") -> Condition:
+    """A condition as of now: status True, False or (None) Unknown, the message cut to fit."""
+    return Condition(
+        type=type_,
+        status="Unknown" if status is None else "True" if status else "False",
+        reason=reason,
+        message=message[:MAX_MESSAGE],
+        last_transition_time=datetime.now(tz=UTC).replace(microsecond=0),
+    )
 
 
-def set_condition(  # noqa: PLR0917 (the condition's fields, in metav1.Condition order)
-    conditions: list[dict[str, Any]],
-    type_: str,
-    status: str,
-    reason: str,
-    message: str = "",
-    generation: int | None = None,
-) -> list[dict[str, Any]]:
-    """Conditions with `type_` upserted (lastTransitionTime kept unless the status changed)."""
-    out = [dict(c) for c in conditions]
-    for c in out:
-        if c.get("type") == type_:
-            if c.get("status") != status:
-                c["lastTransitionTime"] = now_iso()
-            c.update(status=status, reason=reason, message=message[:32_000])
-            if generation is not None:
-                c["observedGeneration"] = generation
+def set_condition(
+    conditions: Sequence[Condition], new: Condition, generation: int | None = None
+) -> list[Condition]:
+    """`conditions` with `new` upserted by type. cert-manager's rule: lastTransitionTime
+    changes only when the status does; without a generation the old observedGeneration stays."""
+    out = list(conditions)
+    for i, old in enumerate(out):
+        if old.type == new.type:
+            out[i] = new.model_copy(
+                update={
+                    "last_transition_time": (
+                        old.last_transition_time
+                        if old.status == new.status
+                        else new.last_transition_time
+                    ),
+                    "observed_generation": (
+                        old.observed_generation if generation is None else generation
+                    ),
+                }
+            )
             return out
-    new: dict[str, Any] = {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message[:32_000],
-        "lastTransitionTime": now_iso(),
-    }
-    if generation is not None:
-        new["observedGeneration"] = generation
-    out.append(new)
+    out.append(
+        new if generation is None else new.model_copy(update={"observed_generation": generation})
+    )
     return out
 
 
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == type_:
-            return dict(c)
-    return None
+def conditions_of(obj: dict[str, Any]) -> list[Condition]:
+    """An object's `status.conditions` as models."""
+    raw = (obj.get("status") or {}).get("conditions") or []
+    return [Condition.model_validate(c) for c in raw]
+
+
+def condition_of(obj: dict[str, Any], type_: str) -> Condition | None:
+    """The object's condition of this type, or None."""
+    return next((c for c in conditions_of(obj) if c.type == type_), None)
+
+
+def is_queued(submission: dict[str, Any]) -> bool:
+    """Whether the Submission waits for its turn (Accepted=False, reason Queued)."""
+    accepted = condition_of(submission, "Accepted")
+    return accepted is not None and accepted.reason == "Queued"
 
 
 def ci_result_of(
