@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     term = Path(os.environ.get("TERMINATION_LOG", TERMINATION_LOG))
     try:
         text = args.patch.read_text(encoding="utf-8", errors="replace")
+        # defence in depth: the ConfigMap is in a namespace the agent may write to
         ci.vet_patch(text, args.protected)
         ci.apply_patch(args.tree, text)
     except (ci.PatchRejected, OSError) as exc:

@@ -146,15 +146,37 @@ class Kube:
         with contextlib.suppress(self._exc):
             self.core.delete_namespaced_config_map(name, ns)
 
-    def read_configmap_key(self, ns: str, name: str, key: str) -> str:
+    def read_configmap(self, ns: str, name: str) -> dict[str, str]:
+        """A ConfigMap's data; KubeError when it cannot be read."""
         try:
             cm = self.core.read_namespaced_config_map(name, ns)
         except self._exc as exc:
             raise KubeError(f"ConfigMap {ns}/{name}: {getattr(exc, 'reason', exc)}") from exc
-        data = cm.data or {}
+        return {str(k): str(v) for k, v in (cm.data or {}).items()}
+
+    def read_configmap_key(self, ns: str, name: str, key: str) -> str:
+        data = self.read_configmap(ns, name)
         if key not in data:
             raise KubeError(f"ConfigMap {ns}/{name} has no key {key!r}")
-        return str(data[key])
+        return data[key]
+
+    def put_configmap(self, cm: dict[str, Any]) -> None:
+        """Create the ConfigMap; one of the same name is kept if its data are the same, else
+        replaced (deleted and created again: the operator's RBAC has no update)."""
+        ns, name = cm["metadata"]["namespace"], cm["metadata"]["name"]
+        for attempt in range(2):
+            try:
+                self.core.create_namespaced_config_map(ns, cm)
+                return
+            except self._exc as exc:
+                if self._status(exc) != 409 or attempt:
+                    raise KubeError(
+                        f"creating ConfigMap {ns}/{name}: {getattr(exc, 'reason', exc)}: "
+                        f"{getattr(exc, 'body', '')}"
+                    ) from exc
+            if self.read_configmap(ns, name) == cm["data"]:
+                return
+            self.delete_configmap(ns, name)
 
     # --- deployments
     def get_deployment(self, ns: str, name: str) -> dict[str, Any]:
@@ -301,3 +323,18 @@ class Kube:
                     }
                 )
         return result, details
+
+    def wait_job(
+        self, ns: str, name: str, timeout: float, stop: threading.Event
+    ) -> tuple[bool, dict[str, Any]]:
+        """Block until the Job finishes: (succeeded, details as job_outcome gives them).
+        KubeError on timeout or when `stop` is set."""
+        deadline = time.monotonic() + timeout
+        while not stop.is_set():
+            ok, details = self.job_outcome(ns, name)
+            if ok is not None:
+                return ok, details
+            if time.monotonic() > deadline:
+                raise KubeError(f"Job {ns}/{name} did not finish")
+            time.sleep(0.5)
+        raise KubeError("operator stopping")

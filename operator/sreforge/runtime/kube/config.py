@@ -30,6 +30,7 @@ ROLE_LABEL = "sreforge.dev/role"
 OVERLAY_ANNOTATION = "sreforge.dev/overlay"
 CI_MARGIN_SECONDS = 120
 PATCH_KEY = "patch.diff"
+FILES_KEY = "files.txt"  # beside the vetted patch: the paths it changes, one a line
 TERMINATION_LOG = "/dev/termination-log"
 SRC_VOLUME = "sreforge-src"
 PATCH_VOLUME = "sreforge-patch"

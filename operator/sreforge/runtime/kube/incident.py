@@ -7,29 +7,23 @@ loop's state lives in the Incident's `status.loop`, so a restarted operator resu
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from sreforge import judge, loop
-from sreforge.api.observation import CIResult, CIStatus
+from sreforge import loop
 from sreforge.api.resources import (
     INCIDENT_PLURAL,
     SUBMISSION_PLURAL,
     Condition,
     IncidentSpec,
-    SubmissionSpec,
 )
 from sreforge.api.verdict import Verdict
 from sreforge.loop import Action, Phase, RunState
-from sreforge.runtime import ci, failpoint
+from sreforge.runtime import failpoint
 from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import (
     CI_MARGIN_SECONDS,
@@ -37,10 +31,12 @@ from sreforge.runtime.kube.config import (
     effective_load,
     effective_verify,
 )
-from sreforge.runtime.kube.intake import submission_patch
+from sreforge.runtime.kube.intake import VettedPatch, next_queued, read_vetted, refuse_queued
+from sreforge.runtime.kube.rca import diagnose
 from sreforge.runtime.kube.render import (
-    child_name,
+    load_job_name,
     overlay_template,
+    patch_cm_name,
     patch_configmap,
     render_ci_job,
     render_load,
@@ -48,10 +44,11 @@ from sreforge.runtime.kube.render import (
 )
 from sreforge.runtime.kube.status import (
     Persisted,
+    ci_condition,
     ci_result_of,
     condition,
     incident_phase,
-    is_queued,
+    verdict_condition,
     verdict_status,
 )
 from sreforge.telemetry import Telemetry
@@ -89,6 +86,7 @@ class IncidentRun:
         )
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sreforge-{self.name}")
         self._job: Future[loop.Event] | None = None
+        self._vetted: tuple[str, VettedPatch] | None = None  # (Submission, its patch)
         self._stop = threading.Event()
         self._last_persist = 0.0
         self._persisted_phase: Phase | None = None
@@ -325,24 +323,10 @@ class IncidentRun:
         )
 
     def _next_submission(self) -> str | None:
-        subs = [
-            s
-            for s in self.kube.list_submissions(self.ns)
-            if (s.get("spec") or {}).get("incidentRef", {}).get("name") == self.name
-            and s["metadata"]["name"] not in self.p.graded
-        ]
-        queued = [s for s in subs if is_queued(s)]
-        queued.sort(key=lambda s: (s["metadata"]["creationTimestamp"], s["metadata"]["name"]))
-        return queued[0]["metadata"]["name"] if queued else None
+        return next_queued(self.kube, self.ns, self.name, self.p.graded)
 
     def _refuse_queued(self, reason: str, message: str) -> None:
-        for s in self.kube.list_submissions(self.ns):
-            if (s.get("spec") or {}).get("incidentRef", {}).get("name") != self.name:
-                continue
-            if is_queued(s):
-                self._sub_conditions(
-                    s["metadata"]["name"], [condition("Accepted", False, reason, message)]
-                )
+        refuse_queued(self.kube, self.ns, self.name, reason, message)
 
     def _start_grading(self, sub: str) -> list[Action]:
         self.p.submission = sub
@@ -363,68 +347,44 @@ class IncidentRun:
         )
         return self._step(loop.Submitted(t=time.time()))
 
-    def _patch_text(self) -> str:
-        assert self.p.submission is not None
-        obj = self.kube.get_submission(self.ns, self.p.submission)
-        if obj is None:
-            raise KubeError(f"Submission {self.p.submission} was deleted while being graded")
-        return submission_patch(self.kube, self.ns, SubmissionSpec.model_validate(obj["spec"]))
+    def _vetted_patch(self) -> VettedPatch:
+        """The graded Submission's patch as intake vetted and stored it: read once, kept for
+        the deploy (read again only by an operator that restarted meanwhile)."""
+        sub = self.p.submission
+        assert sub is not None
+        if self._vetted is None or self._vetted[0] != sub:
+            self._vetted = (sub, read_vetted(self.kube, self.ns, self.name, sub))
+        return self._vetted[1]
 
     def _patch_cm_name(self) -> str:
         assert self.p.submission is not None
-        return child_name(self.name, "patch", self.p.submission)
+        return patch_cm_name(self.name, self.p.submission)
 
     def _run_ci(self) -> loop.Event:
         t0 = time.time()
         sub = self.p.submission
         assert sub is not None
-        patch = self._patch_text()
-        try:
-            files = ci.vet_patch(patch, self.scenario.protected)
-        except ci.PatchRejected as exc:
-            return loop.CIFinished(
-                t=time.time(), result=CIResult(status=CIStatus.REJECTED, reason=str(exc)[:2000])
-            )
-        cm = self._patch_cm_name()
-        self.kube.create(patch_configmap(cm, self.ns, patch, self.incident, "ci"))
-        job = render_ci_job(self.incident, sub, self.scenario, self.cfg, cm)
+        files = self._vetted_patch().files  # the Job mounts the same ConfigMap
+        job = render_ci_job(self.incident, sub, self.scenario, self.cfg, self._patch_cm_name())
         self.kube.create(job)
         failpoint.reached("applied:run-ci")
-        name = job["metadata"]["name"]
-        deadline = (
-            time.monotonic() + self.scenario.service.test_timeout_seconds + CI_MARGIN_SECONDS * 2
-        )
-        while not self._stop.is_set():
-            ok, details = self.kube.job_outcome(self.ns, name)
-            if ok is not None:
-                res = ci_result_of(
-                    ok, details, self.scenario.service.test_command, time.time() - t0, files
-                )
-                self._sub_conditions(
-                    sub,
-                    [
-                        condition(
-                            "CIPassed",
-                            res.green,
-                            "Green" if res.green else res.status.value.capitalize(),
-                            res.reason,
-                        )
-                    ],
-                )
-                return loop.CIFinished(t=time.time(), result=res)
-            if time.monotonic() > deadline:
-                raise KubeError(f"CI Job {self.ns}/{name} did not finish")
-            time.sleep(0.5)
-        raise KubeError("operator stopping")
+        timeout = self.scenario.service.test_timeout_seconds + CI_MARGIN_SECONDS * 2
+        ok, details = self.kube.wait_job(self.ns, job["metadata"]["name"], timeout, self._stop)
+        test_command = self.scenario.service.test_command
+        res = ci_result_of(ok, details, test_command, time.time() - t0, files)
+        self._sub_conditions(sub, [ci_condition(res)])
+        return loop.CIFinished(t=time.time(), result=res)
 
     def _deploy(self) -> loop.Event:
         svc = self.scenario.service.name
         sub = self.p.submission
         assert sub is not None
         cm = self._patch_cm_name()
-        patch = self._patch_text()
-        owner = self.incident if self.target_ns == self.ns else None
-        self.kube.create(patch_configmap(cm, self.target_ns, patch, owner, "service"))
+        if self.target_ns != self.ns:  # a Pod mounts ConfigMaps of its own namespace only
+            vetted = self._vetted_patch()
+            self.kube.put_configmap(
+                patch_configmap(cm, self.target_ns, vetted.text, vetted.files, None, "service")
+            )
 
         def overlay(d: dict[str, Any]) -> dict[str, Any]:
             return overlay_template(
@@ -468,49 +428,18 @@ class IncidentRun:
             "submission": sub,
         }
         # The Incident first: whoever sees the Submission graded sees the Incident's summary.
-        self._persist(
-            [condition("Verified", verdict.passed, verdict.reason.value, verdict.message)],
-            {"verdict": summary},
-        )
+        self._persist([verdict_condition("Verified", verdict)], {"verdict": summary})
         failpoint.reached("applied:record")
         if sub is not None:
             fields = verdict_status(verdict, st.ci)
-            conds = [condition("Verified", verdict.passed, verdict.reason.value, verdict.message)]
+            conds = [verdict_condition("Verified", verdict)]
             if st.ci is not None and not st.ci.green:
-                conds.append(
-                    condition("CIPassed", False, st.ci.status.value.capitalize(), st.ci.reason)
-                )
+                conds.append(ci_condition(st.ci))
             self._sub_conditions(sub, conds, fields)
             self._judge(sub, verdict)
 
     def _judge(self, sub: str, verdict: Verdict) -> None:
-        """status.diagnosis by the RCA judge when spec.rca is set and RCA_JUDGE_* configured."""
-        if not os.environ.get("RCA_JUDGE_URL") or not os.environ.get("RCA_JUDGE_MODEL"):
-            return
-        obj = self.kube.get_submission(self.ns, sub)
-        rca = ((obj or {}).get("spec") or {}).get("rca")
-        if not rca:
-            return
-        agent_model = ((obj or {}).get("spec") or {}).get("agentModel")
-        with tempfile.TemporaryDirectory(prefix="sreforge-judge-") as tmp:
-            run_dir = Path(tmp)
-            (run_dir / "rca.txt").write_text(rca, encoding="utf-8")
-            record = {
-                "runId": self.p.state.run_id,
-                "scenario": {"path": str(self.scenario.directory)},
-                "submission": {"agentModel": agent_model, "rca": "rca.txt"},
-                "passed": verdict.passed,
-                "score": verdict.score,
-            }
-            (run_dir / "record.json").write_text(json.dumps(record), encoding="utf-8")
-            diagnosis = judge.judge_run(run_dir, log=self.log.warning)
-        if diagnosis is not None:
-            self.kube.patch_status(
-                SUBMISSION_PLURAL,
-                self.ns,
-                sub,
-                {"diagnosis": diagnosis.model_dump(mode="json", by_alias=True)},
-            )
+        diagnose(self.kube, self.ns, sub, verdict, self.p.state.run_id, self.scenario, self.log)
 
     def _restore(self) -> None:
         svc = self.scenario.service.name
@@ -574,20 +503,11 @@ class IncidentRun:
             )
             return
         self.p.finished = True
-        load = render_load(
-            self.incident,
-            effective_load(self.scenario, self.spec),
-            "http://unused",
-            self.spec.load_runner,
-            self.cfg,
-        )
-        for obj in load:
-            if obj["kind"] == "Job":
-                self.kube.delete_job(self.ns, obj["metadata"]["name"])
+        self.kube.delete_job(self.ns, load_job_name(self.name))
         self._persist(
             [
                 condition("AwaitingSubmission", False, "Finished", "the run is over"),
-                condition("Succeeded", verdict.passed, verdict.reason.value, verdict.message),
+                verdict_condition("Succeeded", verdict),
             ]
         )
         self._refuse_queued(

@@ -13,6 +13,7 @@ from sreforge.api.scenario import LoadProfile, Scenario
 from sreforge.load import k6
 from sreforge.runtime.kube.config import (
     CI_MARGIN_SECONDS,
+    FILES_KEY,
     INCIDENT_LABEL,
     MANAGED,
     OVERLAY_ANNOTATION,
@@ -69,18 +70,35 @@ def _adopt(obj: dict[str, Any], incident: dict[str, Any], role: str) -> dict[str
     return obj
 
 
-def patch_configmap(
-    name: str, namespace: str, patch: str, incident: dict[str, Any] | None, role: str
+def patch_cm_name(incident: str, submission: str) -> str:
+    """The ConfigMap of a Submission's vetted patch (in the Incident's namespace, and in the
+    target's while deployed there)."""
+    return child_name(incident, "patch", submission)
+
+
+def patch_configmap(  # noqa: PLR0917 (what the ConfigMap holds, then whose it is)
+    name: str,
+    namespace: str,
+    patch: str,
+    files: list[str],
+    incident: dict[str, Any] | None,
+    role: str,
 ) -> dict[str, Any]:
+    """A vetted patch and the paths it changes, as the CI Job and the overlay mount it."""
     cm: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED)},
-        "data": {PATCH_KEY: patch},
+        "data": {PATCH_KEY: patch, FILES_KEY: "".join(f"{f}\n" for f in files)},
     }
     if incident is not None:
         _adopt(cm, incident, role)
     return cm
+
+
+def load_job_name(incident: str) -> str:
+    """The load's Job (either runner's)."""
+    return child_name(incident, "load")
 
 
 def render_load(
@@ -97,7 +115,7 @@ def render_load(
     """
     name = incident["metadata"]["name"]
     ns = incident["metadata"]["namespace"]
-    job_name = child_name(name, "load")
+    job_name = load_job_name(name)
     objs: list[dict[str, Any]] = []
     if runner == "k6":
         cm_name = child_name(name, "k6-script")

@@ -56,6 +56,17 @@ def set_condition(
     return out
 
 
+def ci_condition(res: CIResult) -> Condition:
+    """CIPassed for the CI gate's result."""
+    reason = "Green" if res.green else res.status.value.capitalize()
+    return condition("CIPassed", res.green, reason, res.reason)
+
+
+def verdict_condition(type_: str, verdict: Verdict) -> Condition:
+    """A condition (Verified, Succeeded) that tells a verdict."""
+    return condition(type_, verdict.passed, verdict.reason.value, verdict.message)
+
+
 def conditions_of(obj: dict[str, Any]) -> list[Condition]:
     """An object's `status.conditions` as models."""
     raw = (obj.get("status") or {}).get("conditions") or []
