@@ -7,8 +7,10 @@ One idea a module:
     render      the objects it creates, as plain dicts (pure): load, CI Job, patch overlay
     client      `Kube`, the API client, and `KubeError`
     status      conditions, a Submission's grade, the CI result, `status.loop` (Persisted)
-    intake      a new Submission: refused, graded at once (a refused patch), or queued
+    intake      a new Submission: refused, graded at once (a refused patch), or its vetted
+                patch stored and the Submission queued; the queue
     incident    `IncidentRun`, the driver of one Incident's loop; restore_on_delete
+    rca         the RCA judge's diagnosis of a graded Submission
     applypatch  the patch init container's command (`python -m sreforge.runtime.kube
                 apply-patch`, through __main__)
 
