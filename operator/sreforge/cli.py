@@ -323,7 +323,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         "metadata": {"generateName": f"{args.incident[:50]}-"},
         "spec": spec,
     }
-    from sreforge.runtime.kube import Kube  # noqa: PLC0415
+    from sreforge.runtime.kube.client import Kube  # noqa: PLC0415
 
     try:
         kube = Kube()

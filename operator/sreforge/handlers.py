@@ -2,9 +2,9 @@
 
     kopf run --standalone --all-namespaces -m sreforge.handlers     (or: sreforge operator)
 
-Thin by design: each Incident gets a daemon that runs `runtime.kube.IncidentRun` (the
-closed loop, resumed from `status.loop` after a restart); a new Submission is admitted by
-`runtime.kube.admit_submission` (refusals, the in-process patch vetting, the queue).
+Thin by design: each Incident gets a daemon that runs `runtime.kube.incident.IncidentRun`
+(the closed loop, resumed from `status.loop` after a restart); a new Submission is admitted
+by `runtime.kube.intake.admit_submission` (refusals, the in-process patch vetting, the queue).
 """
 
 from __future__ import annotations
@@ -18,14 +18,11 @@ from pydantic import ValidationError
 
 from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
 from sreforge.api.scenario import ScenarioError
-from sreforge.runtime.kube import (
-    IncidentRun,
-    Kube,
-    KubeError,
-    OperatorConfig,
-    admit_submission,
-    restore_on_delete,
-)
+from sreforge.runtime.kube.client import Kube, KubeError
+from sreforge.runtime.kube.config import OperatorConfig
+from sreforge.runtime.kube.incident import IncidentRun, restore_on_delete
+from sreforge.runtime.kube.intake import admit_submission
+from sreforge.runtime.kube.status import condition
 
 _kube: Kube | None = None
 _lock = threading.Lock()
@@ -71,7 +68,7 @@ def incident_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, logger: Any, *
             INCIDENT_PLURAL,
             ns,
             name,
-            [("Succeeded", "False", "InvalidScenario", str(exc)[:4000])],
+            [condition("Succeeded", False, "InvalidScenario", str(exc)[:4000])],
             {"phase": "Failed"},
         )
         return
@@ -120,7 +117,7 @@ def submission_created(body: kopf.Body, **_: Any) -> None:
             SUBMISSION_PLURAL,
             meta["namespace"],
             meta["name"],
-            [("Accepted", "False", "InvalidSpec", str(exc)[:4000])],
+            [condition("Accepted", False, "InvalidSpec", str(exc)[:4000])],
         )
 
 

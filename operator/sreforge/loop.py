@@ -16,6 +16,7 @@ from sreforge import oracle
 from sreforge.api.observation import AlertSample, CIResult, CIStatus
 from sreforge.api.scenario import VerifySpec
 from sreforge.api.verdict import Reason, Verdict
+from sreforge.errors import SreforgeError
 
 
 class Phase(StrEnum):
@@ -201,7 +202,7 @@ class RunState(BaseModel):
         return frozenset()
 
 
-class TransitionError(ValueError):
+class TransitionError(SreforgeError, ValueError):
     """An event that makes no sense in the current phase (a driver bug, not a user error)."""
 
 

@@ -10,11 +10,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sreforge.errors import SreforgeError
+
 Seconds = Annotated[int, Field(ge=1, le=86_400)]
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
-class ScenarioError(ValueError):
+class ScenarioError(SreforgeError, ValueError):
     """A scenario that cannot be used; the message names the file, field and problem."""
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from sreforge.api.observation import CIResult, CIStatus
+from sreforge.errors import SreforgeError
 from sreforge.runtime.process import resolve_command
 
 MAX_PATCH_BYTES = 1024 * 1024  # documented limit: 1 MiB of unified diff
@@ -26,7 +27,7 @@ _SAFE_PATH = re.compile(r"^[A-Za-z0-9_.+=@,-]+(?:/[A-Za-z0-9_.+=@,-]+)*$")
 _SYMLINK_MODE = re.compile(r"^(?:(?:new|deleted|old) (?:file )?mode|index \S+) 120000\b")
 
 
-class PatchRejected(ValueError):
+class PatchRejected(SreforgeError, ValueError):
     """A patch the gate refuses before applying anything; the message is the CI feedback."""
 
 

@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sreforge.children import die_with_parent
+from sreforge.errors import SreforgeError
 
 
-class ProcessError(RuntimeError):
+class ProcessError(SreforgeError, RuntimeError):
     """A process that would not start or become ready; the message holds its log tail."""
 
 

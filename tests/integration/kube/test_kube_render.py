@@ -1,4 +1,4 @@
-"""The operator's pod specs and bookkeeping as data (runtime/kube.py), without a cluster.
+"""The operator's pod specs and bookkeeping as data (runtime/kube/), without a cluster.
 
 The integration tests beside this file send these specs to a real kube-apiserver; this
 module pins the properties a reviewer would otherwise check by eye: the overlay comes off
@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import re
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,11 @@ import pytest
 from tests.kubeenv import REPO_ROOT
 
 from sreforge.api.observation import CIStatus
-from sreforge.runtime import kube
+from sreforge.runtime.kube import applypatch, config, render, status
 from sreforge.scenarios import load_scenario
 
 SCENARIO = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
-CFG = kube.OperatorConfig()
+CFG = config.OperatorConfig()
 INCIDENT: dict[str, Any] = {
     "metadata": {"name": "inc", "namespace": "ns", "uid": "u-1"},
     "spec": {"scenario": SCENARIO.name},
@@ -47,26 +48,26 @@ def deployment(working_dir: str | None = None) -> dict[str, Any]:
 def test_overlay_is_undone_exactly_by_the_baseline() -> None:
     for workdir in (None, "/app"):
         dep = deployment(workdir)
-        base = kube.overlay_template(dep, "catalog", CFG, None, workdir, None, [])
-        over = kube.overlay_template(base, "catalog", CFG, "cm", workdir, "sub", ["tests"])
+        base = render.overlay_template(dep, "catalog", CFG, None, workdir, None, [])
+        over = render.overlay_template(base, "catalog", CFG, "cm", workdir, "sub", ["tests"])
         spec = over["spec"]["template"]["spec"]
         assert [c["name"] for c in spec["initContainers"]] == ["sreforge-source", "sreforge-patch"]
         main = spec["containers"][0]
         assert main["image"] == "sreforge/catalog:regressed"
-        assert main["workingDir"] == kube.OVERLAY_SRC
+        assert main["workingDir"] == config.OVERLAY_SRC
         assert spec["containers"][1] == {"name": "sidecar", "image": "side:1"}  # untouched
         patch_cmd = spec["initContainers"][1]["command"]
         assert patch_cmd[-2:] == ["--protected", "tests"]
-        again = kube.overlay_template(over, "catalog", CFG, None, workdir, None, [])
+        again = render.overlay_template(over, "catalog", CFG, None, workdir, None, [])
         assert again == base
         assert (
-            kube.overlay_template(copy.deepcopy(base), "catalog", CFG, None, workdir, None, [])
+            render.overlay_template(copy.deepcopy(base), "catalog", CFG, None, workdir, None, [])
             == base
         )
 
 
 def test_ci_job_runs_pristine_tests_with_the_patch_and_a_locked_down_pod() -> None:
-    job = kube.render_ci_job(INCIDENT, "sub-1", SCENARIO, CFG, "inc-patch-sub-1")
+    job = render.render_ci_job(INCIDENT, "sub-1", SCENARIO, CFG, "inc-patch-sub-1")
     assert job["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     pod = job["spec"]["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
@@ -85,11 +86,11 @@ def test_ci_job_runs_pristine_tests_with_the_patch_and_a_locked_down_pod() -> No
 
 def test_ci_result_follows_the_containers() -> None:
     cmd = list(SCENARIO.service.test_command)
-    green = kube.ci_result_of(
+    green = status.ci_result_of(
         True, {"containers": [{"name": "test", "exitCode": 0, "message": "25 passed"}]}, cmd, 1, []
     )
     assert (green.status, green.output_tail) == (CIStatus.GREEN, "25 passed")
-    rejected = kube.ci_result_of(
+    rejected = status.ci_result_of(
         False,
         {"containers": [{"name": "patch", "exitCode": 1, "message": "does not apply"}]},
         cmd,
@@ -97,35 +98,60 @@ def test_ci_result_follows_the_containers() -> None:
         [],
     )
     assert (rejected.status, rejected.reason) == (CIStatus.REJECTED, "does not apply")
-    red = kube.ci_result_of(
+    red = status.ci_result_of(
         False, {"containers": [{"name": "test", "exitCode": 1, "message": "1 failed"}]}, cmd, 1, []
     )
     assert red.status is CIStatus.RED
     assert "exited 1" in red.reason
     assert red.output_tail == "1 failed"
-    deadline = kube.ci_result_of(False, {"jobReason": "DeadlineExceeded: too long"}, cmd, 1, [])
+    deadline = status.ci_result_of(False, {"jobReason": "DeadlineExceeded: too long"}, cmd, 1, [])
     assert deadline.status is CIStatus.ERROR
     assert "DeadlineExceeded" in deadline.reason
 
 
 def test_child_names_are_dns_labels() -> None:
-    name = kube.child_name("i" * 60, "ci", "s" * 60)
+    name = render.child_name("i" * 60, "ci", "s" * 60)
     assert len(name) <= 63
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)
-    assert name != kube.child_name("i" * 60, "ci", "s" * 59 + "t")
+    assert name != render.child_name("i" * 60, "ci", "s" * 59 + "t")
 
 
 def test_apply_patch_entry_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The init container's `python -m sreforge.runtime.kube apply-patch TREE PATCH`."""
     tree = tmp_path / "src"
     shutil.copytree(REPO_ROOT / "substrate" / "catalog", tree)
-    assert kube.main(["apply-patch", str(tree), str(SCENARIO.regression_path)]) == 0
+    assert applypatch.main(["apply-patch", str(tree), str(SCENARIO.regression_path)]) == 0
     fix = SCENARIO.directory / "fixes" / "restore-simplecache.patch"
-    assert kube.main(["apply-patch", str(tree), str(fix), "--protected", "tests"]) == 0
+    assert applypatch.main(["apply-patch", str(tree), str(fix), "--protected", "tests"]) == 0
     assert "SimpleCache" in (tree / "catalog" / "app.py").read_text()
     bad = tmp_path / "bad.diff"
     bad.write_text("--- a/tests/x.py\n+++ b/tests/x.py\n@@ -1 +1 @@\n-a\n+b\n")
     term = tmp_path / "termination-log"
     monkeypatch.setenv("TERMINATION_LOG", str(term))
-    assert kube.main(["apply-patch", str(tree), str(bad), "--protected", "tests"]) == 1
+    assert applypatch.main(["apply-patch", str(tree), str(bad), "--protected", "tests"]) == 1
     assert "protected paths: tests/x.py" in term.read_text()
+
+
+def test_conditions_keep_their_transition_time_until_the_status_changes() -> None:
+    """cert-manager's rule: lastTransitionTime moves only when the status does."""
+    then = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+    old = status.condition("Accepted", False, "Queued", "waiting").model_copy(
+        update={"last_transition_time": then, "observed_generation": 1}
+    )
+    other = status.condition("CIPassed", None, "Pending")
+    same = status.set_condition([old, other], status.condition("Accepted", False, "Other"))
+    assert [c.type for c in same] == ["Accepted", "CIPassed"]
+    assert (same[0].reason, same[0].last_transition_time) == ("Other", then)
+    assert same[0].observed_generation == 1  # no generation given: the old one stays
+    flipped = status.set_condition(same, status.condition("Accepted", True, "Grading"), 2)
+    assert flipped[0].status == "True"
+    assert flipped[0].last_transition_time > then
+    assert flipped[0].observed_generation == 2
+    added = status.set_condition([old], status.condition("Verified", True, "Passed", "x" * 40_000))
+    assert added[1].type == "Verified"
+    assert added[1].observed_generation is None
+    assert len(added[1].message) == status.MAX_MESSAGE
+    wire = added[0].model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert wire["lastTransitionTime"] == "2025-01-02T03:04:05Z"
+    assert status.condition_of({"status": {"conditions": [wire]}}, "Accepted") == added[0]
+    assert status.is_queued({"status": {"conditions": [wire]}})

@@ -28,6 +28,7 @@ import yaml
 from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin, wait_for
 
 from sreforge.api.resources import GROUP, VERSION, IncidentSpec
+from sreforge.runtime import ci
 from sreforge.runtime.prometheus import PrometheusServer, prometheus_binary
 from sreforge.scenarios import fixes, load_scenario
 
@@ -256,6 +257,12 @@ def wait_cond(
     return got
 
 
+def stored_patch(env: dict[str, Any], name: str) -> str | None:
+    """The patch intake stored in ConfigMap `name`, None when there is no such ConfigMap."""
+    found = env["core"].list_namespaced_config_map(NS, field_selector=f"metadata.name={name}")
+    return str(found.items[0].data["patch.diff"]) if found.items else None
+
+
 def container_image(env: dict[str, Any], name: str) -> str:
     dep = env["apps"].read_namespaced_deployment(name, NS)
     return str(dep.spec.template.spec.containers[0].image)
@@ -335,6 +342,9 @@ def test_bad_patch_is_red_ci_with_the_reason(env: dict[str, Any]) -> None:
     c = wait_cond(env, "submissions", "sub-protected", "CIPassed")
     assert c["reason"] == "PatchRejected"
     assert "protected paths: tests/test_app.py" in c["message"]
+    # a refused patch is not stored for a grader
+    assert stored_patch(env, "inc-a-patch-sub-escape") is None
+    assert stored_patch(env, "inc-a-patch-sub-protected") is None
 
 
 def test_submissions_wait_queued_before_the_hand_off(env: dict[str, Any]) -> None:
@@ -351,6 +361,24 @@ def test_submissions_wait_queued_before_the_hand_off(env: dict[str, Any]) -> Non
         assert cond({"status": st}, "Accepted")["reason"] == "Queued"  # type: ignore[index]
         assert "passed" not in st
     assert get(env, "incidents", "inc-a")["status"]["loop"]["state"]["phase"] == "AwaitingFire"
+    # intake stored each vetted patch, owned by the Incident, for the CI Job and the overlay
+    cm = env["core"].read_namespaced_config_map("inc-a-patch-sub-q1", NS)
+    assert cm.data["patch.diff"] == fix
+    assert cm.data["files.txt"].splitlines() == ci.vet_patch(fix, SCENARIO.protected)
+    assert cm.metadata.owner_references[0].name == "inc-a"
+    assert env["core"].read_namespaced_config_map("inc-a-patch-sub-q2", NS).data == {
+        "patch.diff": "",
+        "files.txt": "",
+    }
+    # made again under the same name with another patch: the new patch is the one stored
+    env["custom"].delete_namespaced_custom_object(GROUP, VERSION, NS, "submissions", "sub-q2")
+    submit(env, "sub-q2", "inc-a", fix)
+    wait_for(
+        "the new sub-q2's patch to be stored",
+        lambda: stored_patch(env, "inc-a-patch-sub-q2") == fix,
+    )
+    c = wait_cond(env, "submissions", "sub-q2", "Accepted")
+    assert (c["status"], c["reason"]) == ("False", "Queued"), c
 
 
 def test_fire_timeout_finishes_and_refuses_late_submissions(env: dict[str, Any]) -> None:
@@ -372,6 +400,10 @@ def test_fire_timeout_finishes_and_refuses_late_submissions(env: dict[str, Any])
             cond(get(env, "submissions", "sub-b-early"), "Accepted")["reason"]  # type: ignore[index]
             == "IncidentFinished"
         ),
+    )
+    wait_for(
+        "the refused Submission's stored patch to be deleted",
+        lambda: stored_patch(env, "inc-b-patch-sub-b-early") is None,
     )
     submit(env, "sub-b-late", "inc-b", "")
     c = wait_cond(env, "submissions", "sub-b-late", "Accepted")

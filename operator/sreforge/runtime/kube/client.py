@@ -1,0 +1,340 @@
+"""The operator's Kubernetes API client: every call to the API server goes through `Kube`."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sreforge.api.resources import (
+    GROUP,
+    INCIDENT_PLURAL,
+    SUBMISSION_PLURAL,
+    VERSION,
+    Condition,
+)
+from sreforge.errors import SreforgeError
+from sreforge.runtime.kube.status import conditions_of, set_condition
+
+
+class KubeError(SreforgeError, RuntimeError):
+    """A Kubernetes interaction that failed; the message is for a condition or a Fault."""
+
+
+class Kube:
+    """The operator's Kubernetes client: kubeconfig ($KUBECONFIG) or in-cluster config."""
+
+    def __init__(self) -> None:
+        from kubernetes import client, config  # noqa: PLC0415
+
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        # Any: this module passes and reads plain dicts, not the client's model classes
+        self.api: Any = client.ApiClient()
+        self.core: Any = client.CoreV1Api(self.api)
+        self.apps: Any = client.AppsV1Api(self.api)
+        self.batch: Any = client.BatchV1Api(self.api)
+        self.custom: Any = client.CustomObjectsApi(self.api)
+        self._exc = client.exceptions.ApiException
+
+    def default_namespace(self) -> str:
+        from kubernetes import config  # noqa: PLC0415
+
+        try:
+            _, ctx = config.list_kube_config_contexts()  # type: ignore[no-untyped-call]
+            return str((ctx or {}).get("context", {}).get("namespace") or "default")
+        except config.ConfigException:
+            return "default"
+
+    # --- generic
+    def _status(self, exc: Exception) -> int:
+        return int(getattr(exc, "status", 0) or 0)
+
+    def _plain(self, obj: Any) -> dict[str, Any]:
+        return dict(self.api.sanitize_for_serialization(obj))
+
+    def get_incident(self, ns: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(
+                self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, INCIDENT_PLURAL, name)
+            )
+        except self._exc as exc:
+            if self._status(exc) == 404:
+                return None
+            raise
+
+    def get_submission(self, ns: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(
+                self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, ns, SUBMISSION_PLURAL, name
+                )
+            )
+        except self._exc as exc:
+            if self._status(exc) == 404:
+                return None
+            raise
+
+    def list_submissions(self, ns: str) -> list[dict[str, Any]]:
+        res = self.custom.list_namespaced_custom_object(GROUP, VERSION, ns, SUBMISSION_PLURAL)
+        return list(res.get("items") or [])
+
+    def create_submission(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(
+            self.custom.create_namespaced_custom_object(GROUP, VERSION, ns, SUBMISSION_PLURAL, body)
+        )
+
+    def patch_status(self, plural: str, ns: str, name: str, status: dict[str, Any]) -> None:
+        """A merge patch of `status` (lists such as conditions are replaced whole)."""
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, ns, plural, name, {"status": status}
+            )
+        except self._exc as exc:
+            if self._status(exc) != 404:  # deleted meanwhile: nothing to write to
+                raise
+
+    def update_conditions(
+        self,
+        plural: str,
+        ns: str,
+        name: str,
+        updates: Sequence[Condition],
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Upsert `updates` into the object's conditions and write them with `extra` status."""
+        getter = self.get_incident if plural == INCIDENT_PLURAL else self.get_submission
+        obj = getter(ns, name)
+        if obj is None:
+            return
+        conds = conditions_of(obj)
+        gen = obj["metadata"].get("generation")
+        for new in updates:
+            conds = set_condition(conds, new, gen)
+        dumped = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conds]
+        self.patch_status(
+            plural, ns, name, {**(extra or {}), "conditions": dumped, "observedGeneration": gen}
+        )
+
+    def create(self, obj: dict[str, Any]) -> None:
+        """Create a Job or ConfigMap; an existing one of the same name is kept (idempotent)."""
+        ns = obj["metadata"]["namespace"]
+        try:
+            if obj["kind"] == "Job":
+                self.batch.create_namespaced_job(ns, obj)
+            elif obj["kind"] == "ConfigMap":
+                self.core.create_namespaced_config_map(ns, obj)
+            else:
+                raise KubeError(f"cannot create kind {obj['kind']}")
+        except self._exc as exc:
+            if self._status(exc) != 409:
+                raise KubeError(
+                    f"creating {obj['kind']} {ns}/{obj['metadata']['name']}: "
+                    f"{getattr(exc, 'reason', exc)}: {getattr(exc, 'body', '')}"
+                ) from exc
+
+    def delete_job(self, ns: str, name: str) -> None:
+        with contextlib.suppress(self._exc):
+            self.batch.delete_namespaced_job(name, ns, propagation_policy="Background")
+
+    def delete_configmap(self, ns: str, name: str) -> None:
+        with contextlib.suppress(self._exc):
+            self.core.delete_namespaced_config_map(name, ns)
+
+    def read_configmap(self, ns: str, name: str) -> dict[str, str]:
+        """A ConfigMap's data; KubeError when it cannot be read."""
+        try:
+            cm = self.core.read_namespaced_config_map(name, ns)
+        except self._exc as exc:
+            raise KubeError(f"ConfigMap {ns}/{name}: {getattr(exc, 'reason', exc)}") from exc
+        return {str(k): str(v) for k, v in (cm.data or {}).items()}
+
+    def read_configmap_key(self, ns: str, name: str, key: str) -> str:
+        data = self.read_configmap(ns, name)
+        if key not in data:
+            raise KubeError(f"ConfigMap {ns}/{name} has no key {key!r}")
+        return data[key]
+
+    def put_configmap(self, cm: dict[str, Any]) -> None:
+        """Create the ConfigMap; one of the same name is kept if its data are the same, else
+        replaced (deleted and created again: the operator's RBAC has no update)."""
+        ns, name = cm["metadata"]["namespace"], cm["metadata"]["name"]
+        for attempt in range(2):
+            try:
+                self.core.create_namespaced_config_map(ns, cm)
+                return
+            except self._exc as exc:
+                if self._status(exc) != 409 or attempt:
+                    raise KubeError(
+                        f"creating ConfigMap {ns}/{name}: {getattr(exc, 'reason', exc)}: "
+                        f"{getattr(exc, 'body', '')}"
+                    ) from exc
+            if self.read_configmap(ns, name) == cm["data"]:
+                return
+            self.delete_configmap(ns, name)
+
+    # --- deployments
+    def get_deployment(self, ns: str, name: str) -> dict[str, Any]:
+        try:
+            return self._plain(self.apps.read_namespaced_deployment(name, ns))
+        except self._exc as exc:
+            raise KubeError(f"Deployment {ns}/{name}: {getattr(exc, 'reason', exc)}") from exc
+
+    def mutate_deployment(self, ns: str, name: str, fn: Any) -> None:
+        """Read, transform the pod template with `fn(dep) -> dep`, write it back as a JSON
+        patch guarded by the resourceVersion read (RBAC: patch); retried on a conflict."""
+        for _ in range(10):
+            dep = self.get_deployment(ns, name)
+            template = fn(copy.deepcopy(dep))["spec"]["template"]
+            ops = [
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": dep["metadata"]["resourceVersion"],
+                },
+                {"op": "replace", "path": "/spec/template", "value": template},
+            ]
+            try:
+                self.apps.patch_namespaced_deployment(name, ns, ops)
+                return
+            except self._exc as exc:
+                conflict = self._status(exc) == 409 or (
+                    self._status(exc) == 422 and "test operation" in str(exc.body)
+                )
+                if not conflict:
+                    raise KubeError(f"Deployment {ns}/{name}: {exc.reason}: {exc.body}") from exc
+        raise KubeError(f"Deployment {ns}/{name}: write conflicts did not settle")
+
+    def rollout_done(self, ns: str, name: str) -> tuple[bool, str]:
+        """(complete, why not): every replica updated, available, no old ones left."""
+        dep = self.get_deployment(ns, name)
+        st = dep.get("status") or {}
+        want = dep["spec"].get("replicas", 1)
+        if (st.get("observedGeneration") or 0) < dep["metadata"]["generation"]:
+            return False, "rollout not observed yet"
+        for c in st.get("conditions") or []:
+            if c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded":
+                return False, f"rollout stuck: {c.get('message')}"
+        updated, avail, total = (
+            st.get("updatedReplicas") or 0,
+            st.get("availableReplicas") or 0,
+            st.get("replicas") or 0,
+        )
+        if updated == want and avail >= want and total == want:
+            return True, ""
+        return False, f"{updated}/{want} updated, {avail} available, {total} total"
+
+    def wait_rollout(self, ns: str, name: str, timeout: float, stop: threading.Event) -> float:
+        """Block until the rollout completes; returns its time. KubeError on timeout."""
+        deadline = time.monotonic() + timeout
+        why = ""
+        while time.monotonic() < deadline and not stop.is_set():
+            done, why = self.rollout_done(ns, name)
+            if done:
+                return time.time()
+            why = why or self._pod_trouble(ns, name)
+            time.sleep(0.5)
+        detail = self._pod_trouble(ns, name)
+        raise KubeError(
+            f"Deployment {ns}/{name} did not roll out within {timeout:.0f}s: "
+            f"{why}{'; ' + detail if detail else ''}"
+        )
+
+    def _pod_trouble(self, ns: str, dep_name: str) -> str:
+        """Why the Deployment's pods are not ready (a waiting/terminated reason), if shown."""
+        try:
+            dep = self.apps.read_namespaced_deployment(dep_name, ns)
+            sel = ",".join(f"{k}={v}" for k, v in (dep.spec.selector.match_labels or {}).items())
+            pods = self.core.list_namespaced_pod(ns, label_selector=sel).items
+        except self._exc:
+            return ""
+        for p in pods:
+            st = p.status
+            for cs in (st.init_container_statuses or []) + (st.container_statuses or []):
+                term = cs.state.terminated if cs.state else None
+                wait = cs.state.waiting if cs.state else None
+                if term is not None and term.exit_code:
+                    return f"container {cs.name} exited {term.exit_code}: {term.message or ''}"
+                if wait is not None and wait.reason not in (
+                    None,
+                    "ContainerCreating",
+                    "PodInitializing",
+                ):
+                    return f"container {cs.name} {wait.reason}: {wait.message or ''}"
+        return ""
+
+    def service_url(self, ns: str, name: str) -> str:
+        try:
+            svc = self.core.read_namespaced_service(name, ns)
+        except self._exc as exc:
+            raise KubeError(
+                f"Service {ns}/{name} (the load's target): {getattr(exc, 'reason', exc)}"
+            ) from exc
+        ports = svc.spec.ports or []
+        if not ports:
+            raise KubeError(f"Service {ns}/{name} has no ports")
+        return f"http://{name}.{ns}.svc.cluster.local:{ports[0].port}"
+
+    # --- jobs
+    def job_outcome(self, ns: str, name: str) -> tuple[bool | None, dict[str, Any]]:
+        """(None while running | True succeeded | False failed, details of its pod)."""
+        try:
+            job = self.batch.read_namespaced_job(name, ns)
+        except self._exc as exc:
+            if self._status(exc) == 404:
+                raise KubeError(f"Job {ns}/{name} disappeared") from exc
+            raise
+        st = job.status
+        result: bool | None = None
+        for c in st.conditions or []:
+            if c.status == "True" and c.type in ("Complete", "SuccessCriteriaMet"):
+                result = True
+            if c.status == "True" and c.type in ("Failed", "FailureTarget"):
+                result = False
+        details: dict[str, Any] = {"jobReason": None}
+        if result is False:
+            for c in st.conditions or []:
+                if c.type == "Failed":
+                    details["jobReason"] = f"{c.reason}: {c.message}"
+        if result is None:
+            return None, details
+        pods = self.core.list_namespaced_pod(
+            ns, label_selector=f"batch.kubernetes.io/job-name={name}"
+        ).items
+        for p in pods:
+            statuses = [("init", s) for s in p.status.init_container_statuses or []]
+            statuses += [("main", s) for s in p.status.container_statuses or []]
+            for kind, s in statuses:
+                term = s.state.terminated if s.state else None
+                if term is None:
+                    continue
+                details.setdefault("containers", []).append(
+                    {
+                        "name": s.name,
+                        "kind": kind,
+                        "exitCode": term.exit_code,
+                        "message": term.message or "",
+                        "reason": term.reason or "",
+                    }
+                )
+        return result, details
+
+    def wait_job(
+        self, ns: str, name: str, timeout: float, stop: threading.Event
+    ) -> tuple[bool, dict[str, Any]]:
+        """Block until the Job finishes: (succeeded, details as job_outcome gives them).
+        KubeError on timeout or when `stop` is set."""
+        deadline = time.monotonic() + timeout
+        while not stop.is_set():
+            ok, details = self.job_outcome(ns, name)
+            if ok is not None:
+                return ok, details
+            if time.monotonic() > deadline:
+                raise KubeError(f"Job {ns}/{name} did not finish")
+            time.sleep(0.5)
+        raise KubeError("operator stopping")

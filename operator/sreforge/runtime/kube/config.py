@@ -1,0 +1,100 @@
+"""The operator's configuration, the names it gives its objects, and the Incident's overrides.
+
+Configuration (environment of the operator):
+
+    SREFORGE_SCENARIOS_DIR     scenarios directory (default: the checkout's scenarios/, in
+                               the image /opt/sreforge/scenarios)
+    SREFORGE_IMAGE_PREFIX      service images are <prefix><service>:healthy|regressed
+                               (default "sreforge/")
+    SREFORGE_OPERATOR_IMAGE    image of the built-in load generator and the patch init
+                               container (default "sreforge/operator:dev")
+    SREFORGE_SOURCE_DIR        where a service image holds its source tree (default "/app")
+    SREFORGE_PROMETHEUS_URL    Prometheus to read when an Incident sets no prometheusURL
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sreforge.api.resources import IncidentSpec
+from sreforge.api.scenario import LoadProfile, Scenario, VerifySpec
+from sreforge.scenarios import load_scenario
+
+REPO_SCENARIOS = Path(__file__).resolve().parents[4] / "scenarios"
+IMAGE_SCENARIOS = Path("/opt/sreforge/scenarios")  # the root Dockerfile copies them there
+MANAGED = {"app.kubernetes.io/managed-by": "sreforge"}
+INCIDENT_LABEL = "sreforge.dev/incident"
+ROLE_LABEL = "sreforge.dev/role"
+OVERLAY_ANNOTATION = "sreforge.dev/overlay"
+CI_MARGIN_SECONDS = 120
+PATCH_KEY = "patch.diff"
+FILES_KEY = "files.txt"  # beside the vetted patch: the paths it changes, one a line
+TERMINATION_LOG = "/dev/termination-log"
+SRC_VOLUME = "sreforge-src"
+PATCH_VOLUME = "sreforge-patch"
+OVERLAY_SRC = "/sreforge/src"
+OVERLAY_PATCH = "/sreforge/patch"
+
+
+def default_scenarios_dir() -> Path:
+    """The checkout's scenarios/ (editable install), else the image's /opt/sreforge/scenarios
+    (a wheel install has no checkout around it), else ./scenarios."""
+    for candidate in (REPO_SCENARIOS, IMAGE_SCENARIOS):
+        if candidate.is_dir():
+            return candidate
+    return Path.cwd() / "scenarios"
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    scenarios_dir: Path = field(default_factory=default_scenarios_dir)
+    image_prefix: str = "sreforge/"
+    operator_image: str = "sreforge/operator:dev"
+    source_dir: str = "/app"
+    prometheus_url: str | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
+        e = dict(os.environ) if env is None else env
+        return cls(
+            scenarios_dir=Path(e.get("SREFORGE_SCENARIOS_DIR") or default_scenarios_dir()),
+            image_prefix=e.get("SREFORGE_IMAGE_PREFIX", "sreforge/"),
+            operator_image=e.get("SREFORGE_OPERATOR_IMAGE") or "sreforge/operator:dev",
+            source_dir=e.get("SREFORGE_SOURCE_DIR") or "/app",
+            prometheus_url=e.get("SREFORGE_PROMETHEUS_URL") or None,
+        )
+
+    def image(self, service: str, variant: str) -> str:
+        return f"{self.image_prefix}{service}:{variant}"
+
+    def scenario(self, name: str) -> Scenario:
+        return load_scenario(self.scenarios_dir / name)
+
+
+def effective_verify(scenario: Scenario, spec: IncidentSpec) -> VerifySpec:
+    v = scenario.verify
+    o = spec.verify
+    if o is None:
+        return v
+    update: dict[str, Any] = {}
+    for name in ("sustain_seconds", "fire_timeout_seconds", "clear_budget_seconds"):
+        if getattr(o, name) is not None:
+            update[name] = getattr(o, name)
+    if o.pass_threshold_percent is not None:
+        update["pass_threshold"] = o.pass_threshold_percent / 100
+    return v.model_copy(update=update)
+
+
+def effective_load(scenario: Scenario, spec: IncidentSpec) -> LoadProfile:
+    o = spec.load
+    if o is None:
+        return scenario.load
+    update = {
+        k: getattr(o, k)
+        for k in ("rate", "duration_seconds", "max_in_flight")
+        if getattr(o, k) is not None
+    }
+    return scenario.load.model_copy(update=update)

@@ -1,0 +1,534 @@
+"""The driver of one Incident: `IncidentRun` drives `sreforge.loop.step` the way
+`runtime.local.LocalRun` drives it for a local run. The decisions are the loop's and the
+oracle's; this module only observes (Prometheus through `Telemetry`, rollouts and Jobs
+through the API) and acts (image swap, load Job, CI Job, patch overlay, status writes). The
+loop's state lives in the Incident's `status.loop`, so a restarted operator resumes the run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from sreforge import loop
+from sreforge.api.resources import (
+    INCIDENT_PLURAL,
+    SUBMISSION_PLURAL,
+    Condition,
+    IncidentSpec,
+)
+from sreforge.api.verdict import Verdict
+from sreforge.loop import Action, Phase, RunState
+from sreforge.runtime import failpoint
+from sreforge.runtime.kube.client import Kube, KubeError
+from sreforge.runtime.kube.config import (
+    CI_MARGIN_SECONDS,
+    OperatorConfig,
+    effective_load,
+    effective_verify,
+)
+from sreforge.runtime.kube.intake import VettedPatch, next_queued, read_vetted, refuse_queued
+from sreforge.runtime.kube.rca import diagnose
+from sreforge.runtime.kube.render import (
+    load_job_name,
+    overlay_template,
+    patch_cm_name,
+    patch_configmap,
+    render_ci_job,
+    render_load,
+    target_container,
+)
+from sreforge.runtime.kube.status import (
+    Persisted,
+    ci_condition,
+    ci_result_of,
+    condition,
+    incident_phase,
+    verdict_condition,
+    verdict_status,
+)
+from sreforge.telemetry import Telemetry
+
+# Seconds between status writes while nothing but samples changes.
+PERSIST_EVERY_SECONDS = 5.0
+# Samples kept while waiting for a Submission (the oracle reads only post-redeploy ones).
+WAITING_SAMPLES_KEPT = 5
+
+
+class IncidentRun:
+    """Drives one Incident's loop until it is finished or `stop` is set (kopf daemon)."""
+
+    def __init__(self, kube: Kube, cfg: OperatorConfig, incident: dict[str, Any], log: Any) -> None:
+        self.kube = kube
+        self.cfg = cfg
+        self.log = log
+        self.name = incident["metadata"]["name"]
+        self.ns = incident["metadata"]["namespace"]
+        self.incident = incident
+        self.spec = IncidentSpec.model_validate(incident.get("spec") or {})
+        self.scenario = cfg.scenario(self.spec.scenario)
+        self.verify = effective_verify(self.scenario, self.spec)
+        self.target_ns = self.spec.target_namespace or self.ns
+        self.target = self.spec.target_deployment or self.scenario.service.name
+        url = self.spec.prometheus_url or cfg.prometheus_url
+        self.telemetry = (
+            Telemetry(
+                url,
+                target_series=self.scenario.target_series,
+                service_job=self.scenario.service.name,
+            )
+            if url
+            else None
+        )
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sreforge-{self.name}")
+        self._job: Future[loop.Event] | None = None
+        self._vetted: tuple[str, VettedPatch] | None = None  # (Submission, its patch)
+        self._stop = threading.Event()
+        self._last_persist = 0.0
+        self._persisted_phase: Phase | None = None
+        status = incident.get("status") or {}
+        if status.get("loop"):
+            self.p = Persisted.load(status["loop"])
+            self.resumed = True
+        else:
+            run_id = f"{self.name}-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
+            self.p = Persisted(
+                RunState(run_id=run_id, target_alert=self.scenario.target_alert, verify=self.verify)
+            )
+            self.resumed = False
+
+    # --- status
+    def _persist(
+        self,
+        conditions: Sequence[Condition] = (),
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        st = self.p.state
+        body = {
+            "phase": incident_phase(self.p),
+            "alert": st.target_alert,
+            "runId": st.run_id,
+            "loop": self.p.dump(),
+            **(extra or {}),
+        }
+        if st.fired_at:
+            body["firedTime"] = datetime.fromtimestamp(st.fired_at, tz=UTC).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
+        self.kube.update_conditions(INCIDENT_PLURAL, self.ns, self.name, conditions, body)
+        self._last_persist = time.monotonic()
+        entered = st.phase is not self._persisted_phase
+        self._persisted_phase = st.phase
+        if entered:
+            failpoint.reached(f"persisted:{st.phase.value}")
+
+    def _sub_conditions(
+        self,
+        sub: str,
+        updates: Sequence[Condition],
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.kube.update_conditions(SUBMISSION_PLURAL, self.ns, sub, updates, extra)
+
+    # --- the loop
+    def run(self, stop: threading.Event) -> None:
+        self._stop = stop
+        try:
+            self._run(stop)
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _resume_actions(self) -> list[Action]:
+        """The actions the persisted phase was waiting on (each action is idempotent)."""
+        return {
+            Phase.PENDING: [],
+            Phase.INJECTING: [Action.INJECT],
+            Phase.AWAITING_SUBMISSION: [Action.HAND_OFF],  # the brief may not be written yet
+            Phase.CI: [Action.RUN_CI],
+            Phase.DEPLOYING: [Action.DEPLOY],
+            Phase.RESTORING: [Action.RECORD, Action.RESTORE],
+            Phase.DONE: [Action.FINISH],
+        }.get(self.p.state.phase, [])
+
+    def _run(self, stop: threading.Event) -> None:
+        st = self.p.state
+        if self.p.finished:
+            self._refuse_queued("IncidentFinished", f"Incident {self.name} is finished")
+            return
+        if self.resumed:
+            self.log.info(f"resuming run {st.run_id} in phase {st.phase}")
+            actions = self._resume_actions()
+            if st.phase is Phase.PENDING:
+                actions = self._step(loop.Start(t=time.time()))
+        else:
+            self._persist(
+                [
+                    condition("Injected", None, "Pending", "starting the run"),
+                    condition("Succeeded", None, "Running", "the run is in progress"),
+                ]
+            )
+            actions = self._step(loop.Start(t=time.time()))
+        pending = list(actions)
+        next_sample = time.time()
+        next_queue_look = 0.0
+        while not stop.is_set() and not self.p.finished:
+            st = self.p.state  # a failed Submission's FINISH starts a fresh RunState
+            while pending and not stop.is_set():
+                pending.extend(self._do(pending.pop(0)))
+            if self.p.finished or stop.is_set():
+                break
+            if self._job is not None and self._job.done():
+                job, self._job = self._job, None
+                try:
+                    event = job.result()
+                except Exception as exc:  # any failure of an action is a harness fault
+                    event = loop.Fault(t=time.time(), reason=f"{type(exc).__name__}: {exc}"[:2000])
+                pending.extend(self._step(event))
+                continue
+            if (
+                st.phase is Phase.AWAITING_SUBMISSION
+                and self._job is None
+                and time.monotonic() >= next_queue_look
+            ):
+                next_queue_look = time.monotonic() + 1.0  # one list a second at most
+                sub = self._next_submission()
+                if sub is not None:
+                    pending.extend(self._start_grading(sub))
+                    continue
+            if st.phase in loop.SAMPLED_PHASES and time.time() >= next_sample:
+                next_sample = time.time() + st.verify.sample_interval_seconds
+                if self.telemetry is None:
+                    pending.extend(
+                        self._step(
+                            loop.Fault(
+                                t=time.time(),
+                                reason="no Prometheus: set spec.prometheusURL"
+                                " or SREFORGE_PROMETHEUS_URL",
+                            )
+                        )
+                    )
+                    continue
+                sample = self.telemetry.sample()
+                pending.extend(self._step(loop.Sampled(sample=sample)))
+                if st.phase is Phase.AWAITING_SUBMISSION and len(st.samples) > WAITING_SAMPLES_KEPT:
+                    del st.samples[:-WAITING_SAMPLES_KEPT]
+                # SAMPLE is the only action a sample yields outside a phase change
+                if time.monotonic() - self._last_persist >= PERSIST_EVERY_SECONDS:
+                    self._persist()
+                continue
+            stop.wait(0.2)
+
+    def _step(self, event: loop.Event) -> list[Action]:
+        before = self.p.state.phase
+        actions = loop.step(self.p.state, event)
+        if self.p.state.phase is not before:
+            self._on_phase_change()
+        return actions
+
+    def _on_phase_change(self) -> None:
+        st = self.p.state
+        conds: list[Condition] = []
+        if st.phase is Phase.AWAITING_FIRE:
+            conds.append(
+                condition(
+                    "Injected",
+                    True,
+                    "RegressedBuildRolledOut",
+                    f"{self.target_ns}/{self.target} runs "
+                    f"{self.cfg.image(self.scenario.service.name, 'regressed')}; load started",
+                )
+            )
+            conds.append(
+                condition(
+                    "AlertFiring",
+                    False,
+                    "Waiting",
+                    f"waiting up to {st.verify.fire_timeout_seconds}s for {st.target_alert}",
+                )
+            )
+        self._persist(conds)
+
+    def _do(self, action: Action) -> list[Action]:
+        match action:
+            case Action.INJECT:
+                self._job = self._pool.submit(self._inject)
+            case Action.HAND_OFF:
+                self._hand_off()
+            case Action.RUN_CI:
+                self._job = self._pool.submit(self._run_ci)
+            case Action.DEPLOY:
+                self._job = self._pool.submit(self._deploy)
+            case Action.RECORD:
+                self._record()
+            case Action.RESTORE:
+                try:
+                    self._restore()
+                    return self._step(loop.Restored(t=time.time()))
+                except Exception as exc:  # a restore failure still ends the run
+                    return self._step(loop.Fault(t=time.time(), reason=f"restore failed: {exc}"))
+            case Action.FINISH:
+                self._finish()
+        return []
+
+    # --- actions
+    def _inject(self) -> loop.Event:
+        svc = self.scenario.service.name
+        dep = self.kube.get_deployment(self.target_ns, self.target)
+        box = target_container(dep, svc)
+        if self.p.baseline_image is None:
+            self.p.baseline_image = box.get("image")
+            self.p.baseline_workdir = box.get("workingDir")
+            # in status before the image changes: an operator that dies after the swap must
+            # not take the regressed image for the baseline when it resumes
+            self._persist()
+        url = self.kube.service_url(self.target_ns, self.target)  # fail before changing anything
+
+        def swap(d: dict[str, Any]) -> dict[str, Any]:
+            return overlay_template(d, svc, self.cfg, None, self.p.baseline_workdir, None, [])
+
+        self.kube.mutate_deployment(self.target_ns, self.target, swap)
+        failpoint.reached("applied:inject")
+        self.kube.wait_rollout(
+            self.target_ns, self.target, self.scenario.service.deploy_timeout_seconds, self._stop
+        )
+        profile = effective_load(self.scenario, self.spec)
+        for obj in render_load(self.incident, profile, url, self.spec.load_runner, self.cfg):
+            self.kube.create(obj)
+        return loop.Injected(t=time.time())
+
+    def _hand_off(self) -> None:
+        brief = self.scenario.brief_path.read_text(encoding="utf-8")  # never root_cause.md
+        st = self.p.state
+        self._persist(
+            [
+                condition(
+                    "AlertFiring",
+                    True,
+                    "TargetAlertFiring",
+                    f"{st.target_alert} fired "
+                    f"{(st.fired_at or 0) - (st.injected_at or 0):.0f}s after the injection",
+                ),
+                condition(
+                    "AwaitingSubmission",
+                    True,
+                    "HandedOff",
+                    "the brief is in status.brief; create a Submission",
+                ),
+            ],
+            {"brief": brief[:65_000]},
+        )
+
+    def _next_submission(self) -> str | None:
+        return next_queued(self.kube, self.ns, self.name, self.p.graded)
+
+    def _refuse_queued(self, reason: str, message: str) -> None:
+        refuse_queued(self.kube, self.ns, self.name, reason, message)
+
+    def _start_grading(self, sub: str) -> list[Action]:
+        self.p.submission = sub
+        self.p.graded.append(sub)
+        self._sub_conditions(
+            sub,
+            [
+                condition(
+                    "Accepted",
+                    True,
+                    "Grading",
+                    f"graded against Incident {self.name} (run {self.p.state.run_id})",
+                )
+            ],
+        )
+        self._persist(
+            [condition("AwaitingSubmission", False, "Grading", f"grading Submission {sub}")]
+        )
+        return self._step(loop.Submitted(t=time.time()))
+
+    def _vetted_patch(self) -> VettedPatch:
+        """The graded Submission's patch as intake vetted and stored it: read once, kept for
+        the deploy (read again only by an operator that restarted meanwhile)."""
+        sub = self.p.submission
+        assert sub is not None
+        if self._vetted is None or self._vetted[0] != sub:
+            self._vetted = (sub, read_vetted(self.kube, self.ns, self.name, sub))
+        return self._vetted[1]
+
+    def _patch_cm_name(self) -> str:
+        assert self.p.submission is not None
+        return patch_cm_name(self.name, self.p.submission)
+
+    def _run_ci(self) -> loop.Event:
+        t0 = time.time()
+        sub = self.p.submission
+        assert sub is not None
+        files = self._vetted_patch().files  # the Job mounts the same ConfigMap
+        job = render_ci_job(self.incident, sub, self.scenario, self.cfg, self._patch_cm_name())
+        self.kube.create(job)
+        failpoint.reached("applied:run-ci")
+        timeout = self.scenario.service.test_timeout_seconds + CI_MARGIN_SECONDS * 2
+        ok, details = self.kube.wait_job(self.ns, job["metadata"]["name"], timeout, self._stop)
+        test_command = self.scenario.service.test_command
+        res = ci_result_of(ok, details, test_command, time.time() - t0, files)
+        self._sub_conditions(sub, [ci_condition(res)])
+        return loop.CIFinished(t=time.time(), result=res)
+
+    def _deploy(self) -> loop.Event:
+        svc = self.scenario.service.name
+        sub = self.p.submission
+        assert sub is not None
+        cm = self._patch_cm_name()
+        if self.target_ns != self.ns:  # a Pod mounts ConfigMaps of its own namespace only
+            vetted = self._vetted_patch()
+            self.kube.put_configmap(
+                patch_configmap(cm, self.target_ns, vetted.text, vetted.files, None, "service")
+            )
+
+        def overlay(d: dict[str, Any]) -> dict[str, Any]:
+            return overlay_template(
+                d, svc, self.cfg, cm, self.p.baseline_workdir, sub, list(self.scenario.protected)
+            )
+
+        try:
+            self.kube.mutate_deployment(self.target_ns, self.target, overlay)
+            failpoint.reached("applied:deploy")
+            t = self.kube.wait_rollout(
+                self.target_ns,
+                self.target,
+                self.scenario.service.deploy_timeout_seconds,
+                self._stop,
+            )
+        except KubeError as exc:
+            self._sub_conditions(sub, [condition("Deployed", False, "RolloutFailed", str(exc))])
+            return loop.DeployFailed(t=time.time(), reason=str(exc)[:2000])
+        self._sub_conditions(
+            sub,
+            [
+                condition(
+                    "Deployed",
+                    True,
+                    "RolledOut",
+                    f"{self.target_ns}/{self.target} runs the patched build",
+                )
+            ],
+        )
+        return loop.Deployed(t=t)
+
+    def _record(self) -> None:
+        st = self.p.state
+        verdict = st.verdict
+        assert verdict is not None
+        sub = self.p.submission
+        summary = {
+            "passed": verdict.passed,
+            "score": round(verdict.score, 4),
+            "reason": verdict.reason.value,
+            "submission": sub,
+        }
+        # The Incident first: whoever sees the Submission graded sees the Incident's summary.
+        self._persist([verdict_condition("Verified", verdict)], {"verdict": summary})
+        failpoint.reached("applied:record")
+        if sub is not None:
+            fields = verdict_status(verdict, st.ci)
+            conds = [verdict_condition("Verified", verdict)]
+            if st.ci is not None and not st.ci.green:
+                conds.append(ci_condition(st.ci))
+            self._sub_conditions(sub, conds, fields)
+            self._judge(sub, verdict)
+
+    def _judge(self, sub: str, verdict: Verdict) -> None:
+        diagnose(self.kube, self.ns, sub, verdict, self.p.state.run_id, self.scenario, self.log)
+
+    def _restore(self) -> None:
+        svc = self.scenario.service.name
+        if self.p.state.injected_at is None and self.p.baseline_image is None:
+            return  # nothing was changed
+
+        def base(d: dict[str, Any]) -> dict[str, Any]:
+            return overlay_template(d, svc, self.cfg, None, self.p.baseline_workdir, None, [])
+
+        dep = self.kube.get_deployment(self.target_ns, self.target)
+        if base(dep)["spec"] != dep["spec"]:
+            self.kube.mutate_deployment(self.target_ns, self.target, base)
+            failpoint.reached("applied:restore")
+        # also when resumed after the patch went in: the rollout may not have finished
+        self.kube.wait_rollout(
+            self.target_ns,
+            self.target,
+            self.scenario.service.deploy_timeout_seconds,
+            self._stop,
+        )
+        if self.p.submission is not None:
+            self.kube.delete_configmap(self.target_ns, self._patch_cm_name())
+
+    def _finish(self) -> None:
+        """A passing verdict or a run that cannot grade ends the Incident; a failing Submission
+        puts it back to AwaitingSubmission for the next one."""
+        st = self.p.state
+        verdict = st.verdict
+        assert verdict is not None
+        regradable = (
+            self.p.submission is not None
+            and not verdict.passed
+            and st.fault is None
+            and st.fired_at is not None
+        )
+        if regradable:
+            nxt = RunState(
+                run_id=st.run_id,
+                target_alert=st.target_alert,
+                verify=st.verify,
+                phase=Phase.AWAITING_SUBMISSION,
+                started_at=st.started_at,
+                injected_at=st.injected_at,
+                fired_at=st.fired_at,
+                handed_off_at=st.handed_off_at,
+                samples=st.samples[-1:],
+            )
+            self.p = Persisted(
+                nxt, None, self.p.graded, self.p.baseline_image, self.p.baseline_workdir
+            )
+            self._persist(
+                [
+                    condition(
+                        "AwaitingSubmission",
+                        True,
+                        "HandedOff",
+                        f"Submission {self.p.graded[-1]} did not pass "
+                        f"({verdict.reason.value}); the next one is graded",
+                    )
+                ]
+            )
+            return
+        self.p.finished = True
+        self.kube.delete_job(self.ns, load_job_name(self.name))
+        self._persist(
+            [
+                condition("AwaitingSubmission", False, "Finished", "the run is over"),
+                verdict_condition("Succeeded", verdict),
+            ]
+        )
+        self._refuse_queued(
+            "IncidentFinished", f"Incident {self.name} is finished ({verdict.reason.value})"
+        )
+
+
+def restore_on_delete(kube: Kube, run: IncidentRun) -> None:
+    """An Incident deleted: its target Deployment gets back the image it had before the
+    injection, without overlay (the Jobs and ConfigMaps go with the real garbage collector)."""
+    original = run.p.baseline_image
+    if original is None:
+        return
+    svc = run.scenario.service.name
+
+    def back(d: dict[str, Any]) -> dict[str, Any]:
+        out = overlay_template(d, svc, run.cfg, None, run.p.baseline_workdir, None, [])
+        main = target_container(out, svc)["name"]
+        for c in out["spec"]["template"]["spec"]["containers"]:
+            if c["name"] == main:
+                c["image"] = original
+        return out
+
+    kube.mutate_deployment(run.target_ns, run.target, back)
