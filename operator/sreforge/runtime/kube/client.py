@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +16,7 @@ from sreforge.api.resources import (
     Condition,
 )
 from sreforge.errors import SreforgeError
+from sreforge.runtime.driver import Stop
 from sreforge.runtime.kube.status import conditions_of, set_condition
 
 
@@ -229,7 +229,7 @@ class Kube:
             return True, ""
         return False, f"{updated}/{want} updated, {avail} available, {total} total"
 
-    def wait_rollout(self, ns: str, name: str, timeout: float, stop: threading.Event) -> float:
+    def wait_rollout(self, ns: str, name: str, timeout: float, stop: Stop) -> float:
         """Block until the rollout completes; returns its time. KubeError on timeout."""
         deadline = time.monotonic() + timeout
         why = ""
@@ -325,7 +325,7 @@ class Kube:
         return result, details
 
     def wait_job(
-        self, ns: str, name: str, timeout: float, stop: threading.Event
+        self, ns: str, name: str, timeout: float, stop: Stop
     ) -> tuple[bool, dict[str, Any]]:
         """Block until the Job finishes: (succeeded, details as job_outcome gives them).
         KubeError on timeout or when `stop` is set."""

@@ -10,11 +10,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 from sreforge import loop
+from sreforge.api.observation import AlertSample
 from sreforge.api.resources import (
     INCIDENT_PLURAL,
     SUBMISSION_PLURAL,
@@ -22,8 +22,9 @@ from sreforge.api.resources import (
     IncidentSpec,
 )
 from sreforge.api.verdict import Verdict
-from sreforge.loop import Action, Phase, RunState
+from sreforge.loop import Phase, RunState
 from sreforge.runtime import failpoint
+from sreforge.runtime.driver import Driver, Stop
 from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import (
     CI_MARGIN_SECONDS,
@@ -55,8 +56,11 @@ from sreforge.telemetry import Telemetry
 
 # Seconds between status writes while nothing but samples changes.
 PERSIST_EVERY_SECONDS = 5.0
-# Samples kept while waiting for a Submission (the oracle reads only post-redeploy ones).
-WAITING_SAMPLES_KEPT = 5
+# The operator grades Submissions one after another until one passes, re-arming between
+# them; it keeps a few samples while it waits (the oracle reads only post-redeploy ones).
+OPERATOR_CASES = {"cases": None, "stop_on_pass": True, "waiting_samples_kept": 5}
+# How often the queue of Submissions is looked at while the Incident waits for one.
+QUEUE_LOOK_SECONDS = 1.0
 
 
 class IncidentRun:
@@ -84,11 +88,11 @@ class IncidentRun:
             if url
             else None
         )
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sreforge-{self.name}")
-        self._job: Future[loop.Event] | None = None
         self._vetted: tuple[str, VettedPatch] | None = None  # (Submission, its patch)
-        self._stop = threading.Event()
+        self._stop: Stop = threading.Event()  # kopf's daemon flag once run() starts
         self._last_persist = 0.0
+        self._next_queue_look = 0.0
+        self._last_verdict: Verdict | None = None
         self._persisted_phase: Phase | None = None
         status = incident.get("status") or {}
         if status.get("loop"):
@@ -100,6 +104,9 @@ class IncidentRun:
                 RunState(run_id=run_id, target_alert=self.scenario.target_alert, verify=self.verify)
             )
             self.resumed = False
+        # the operator's policy, also for a state persisted by an operator that had none
+        self.p.state = self.p.state.model_copy(update=OPERATOR_CASES)
+        self.driver = Driver(self.p.state, self, name=f"sreforge-{self.name}")
 
     # --- status
     def _persist(
@@ -134,36 +141,16 @@ class IncidentRun:
     ) -> None:
         self.kube.update_conditions(SUBMISSION_PLURAL, self.ns, sub, updates, extra)
 
-    # --- the loop
-    def run(self, stop: threading.Event) -> None:
+    # --- the loop (sreforge.runtime.driver drives it; this class only implements actions)
+    def run(self, stop: Stop) -> None:
         self._stop = stop
-        try:
-            self._run(stop)
-        finally:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def _resume_actions(self) -> list[Action]:
-        """The actions the persisted phase was waiting on (each action is idempotent)."""
-        return {
-            Phase.PENDING: [],
-            Phase.INJECTING: [Action.INJECT],
-            Phase.AWAITING_SUBMISSION: [Action.HAND_OFF],  # the brief may not be written yet
-            Phase.CI: [Action.RUN_CI],
-            Phase.DEPLOYING: [Action.DEPLOY],
-            Phase.RESTORING: [Action.RECORD, Action.RESTORE],
-            Phase.DONE: [Action.FINISH],
-        }.get(self.p.state.phase, [])
-
-    def _run(self, stop: threading.Event) -> None:
         st = self.p.state
         if self.p.finished:
             self._refuse_queued("IncidentFinished", f"Incident {self.name} is finished")
             return
         if self.resumed:
             self.log.info(f"resuming run {st.run_id} in phase {st.phase}")
-            actions = self._resume_actions()
-            if st.phase is Phase.PENDING:
-                actions = self._step(loop.Start(t=time.time()))
+            first: loop.Event = loop.Resumed(t=time.time())
         else:
             self._persist(
                 [
@@ -171,68 +158,37 @@ class IncidentRun:
                     condition("Succeeded", None, "Running", "the run is in progress"),
                 ]
             )
-            actions = self._step(loop.Start(t=time.time()))
-        pending = list(actions)
-        next_sample = time.time()
-        next_queue_look = 0.0
-        while not stop.is_set() and not self.p.finished:
-            st = self.p.state  # a failed Submission's FINISH starts a fresh RunState
-            while pending and not stop.is_set():
-                pending.extend(self._do(pending.pop(0)))
-            if self.p.finished or stop.is_set():
-                break
-            if self._job is not None and self._job.done():
-                job, self._job = self._job, None
-                try:
-                    event = job.result()
-                except Exception as exc:  # any failure of an action is a harness fault
-                    event = loop.Fault(t=time.time(), reason=f"{type(exc).__name__}: {exc}"[:2000])
-                pending.extend(self._step(event))
-                continue
-            if (
-                st.phase is Phase.AWAITING_SUBMISSION
-                and self._job is None
-                and time.monotonic() >= next_queue_look
-            ):
-                next_queue_look = time.monotonic() + 1.0  # one list a second at most
-                sub = self._next_submission()
-                if sub is not None:
-                    pending.extend(self._start_grading(sub))
-                    continue
-            if st.phase in loop.SAMPLED_PHASES and time.time() >= next_sample:
-                next_sample = time.time() + st.verify.sample_interval_seconds
-                if self.telemetry is None:
-                    pending.extend(
-                        self._step(
-                            loop.Fault(
-                                t=time.time(),
-                                reason="no Prometheus: set spec.prometheusURL"
-                                " or SREFORGE_PROMETHEUS_URL",
-                            )
-                        )
-                    )
-                    continue
-                sample = self.telemetry.sample()
-                pending.extend(self._step(loop.Sampled(sample=sample)))
-                if st.phase is Phase.AWAITING_SUBMISSION and len(st.samples) > WAITING_SAMPLES_KEPT:
-                    del st.samples[:-WAITING_SAMPLES_KEPT]
-                # SAMPLE is the only action a sample yields outside a phase change
-                if time.monotonic() - self._last_persist >= PERSIST_EVERY_SECONDS:
-                    self._persist()
-                continue
-            stop.wait(0.2)
+            first = loop.Start(t=time.time())
+        self.driver.run(first, stop)
 
-    def _step(self, event: loop.Event) -> list[Action]:
-        before = self.p.state.phase
-        actions = loop.step(self.p.state, event)
+    def stepped(self, before: Phase, event: loop.Event) -> None:
         if self.p.state.phase is not before:
             self._on_phase_change()
-        return actions
+        elif (
+            isinstance(event, loop.Sampled)
+            and time.monotonic() - self._last_persist >= PERSIST_EVERY_SECONDS
+        ):
+            self._persist()
+
+    def sample(self) -> AlertSample:
+        if self.telemetry is None:
+            raise KubeError("no Prometheus: set spec.prometheusURL or SREFORGE_PROMETHEUS_URL")
+        return self.telemetry.sample()
+
+    def poll(self) -> loop.Event | None:
+        """A queued Submission, looked for once a second while the Incident waits."""
+        if self.p.state.phase is not Phase.AWAITING_SUBMISSION:
+            return None
+        if time.monotonic() < self._next_queue_look:
+            return None
+        self._next_queue_look = time.monotonic() + QUEUE_LOOK_SECONDS
+        sub = self._next_submission()
+        return None if sub is None else self._start_grading(sub)
 
     def _on_phase_change(self) -> None:
         st = self.p.state
         conds: list[Condition] = []
-        if st.phase is Phase.AWAITING_FIRE:
+        if st.phase is Phase.AWAITING_FIRE and st.graded == 0:
             conds.append(
                 condition(
                     "Injected",
@@ -250,32 +206,21 @@ class IncidentRun:
                     f"waiting up to {st.verify.fire_timeout_seconds}s for {st.target_alert}",
                 )
             )
+        elif st.phase is Phase.AWAITING_FIRE:
+            wait = st.rearm_timeout_seconds or st.verify.fire_timeout_seconds
+            conds.append(
+                condition(
+                    "AlertFiring",
+                    False,
+                    "Rearming",
+                    f"the regressed build is back: waiting up to {wait:.0f}s for "
+                    f"{st.target_alert} to fire again before the next Submission",
+                )
+            )
         self._persist(conds)
 
-    def _do(self, action: Action) -> list[Action]:
-        match action:
-            case Action.INJECT:
-                self._job = self._pool.submit(self._inject)
-            case Action.HAND_OFF:
-                self._hand_off()
-            case Action.RUN_CI:
-                self._job = self._pool.submit(self._run_ci)
-            case Action.DEPLOY:
-                self._job = self._pool.submit(self._deploy)
-            case Action.RECORD:
-                self._record()
-            case Action.RESTORE:
-                try:
-                    self._restore()
-                    return self._step(loop.Restored(t=time.time()))
-                except Exception as exc:  # a restore failure still ends the run
-                    return self._step(loop.Fault(t=time.time(), reason=f"restore failed: {exc}"))
-            case Action.FINISH:
-                self._finish()
-        return []
-
-    # --- actions
-    def _inject(self) -> loop.Event:
+    # --- actions (sreforge.runtime.driver.Runtime)
+    def inject(self) -> loop.Event:
         svc = self.scenario.service.name
         dep = self.kube.get_deployment(self.target_ns, self.target)
         box = target_container(dep, svc)
@@ -300,7 +245,7 @@ class IncidentRun:
             self.kube.create(obj)
         return loop.Injected(t=time.time())
 
-    def _hand_off(self) -> None:
+    def hand_off(self) -> None:
         brief = self.scenario.brief_path.read_text(encoding="utf-8")  # never root_cause.md
         st = self.p.state
         self._persist(
@@ -321,6 +266,7 @@ class IncidentRun:
             ],
             {"brief": brief[:65_000]},
         )
+        # the Submission comes through `poll`
 
     def _next_submission(self) -> str | None:
         return next_queued(self.kube, self.ns, self.name, self.p.graded)
@@ -328,7 +274,7 @@ class IncidentRun:
     def _refuse_queued(self, reason: str, message: str) -> None:
         refuse_queued(self.kube, self.ns, self.name, reason, message)
 
-    def _start_grading(self, sub: str) -> list[Action]:
+    def _start_grading(self, sub: str) -> loop.Event:
         self.p.submission = sub
         self.p.graded.append(sub)
         self._sub_conditions(
@@ -345,7 +291,7 @@ class IncidentRun:
         self._persist(
             [condition("AwaitingSubmission", False, "Grading", f"grading Submission {sub}")]
         )
-        return self._step(loop.Submitted(t=time.time()))
+        return loop.Submitted(t=time.time())
 
     def _vetted_patch(self) -> VettedPatch:
         """The graded Submission's patch as intake vetted and stored it: read once, kept for
@@ -360,7 +306,7 @@ class IncidentRun:
         assert self.p.submission is not None
         return patch_cm_name(self.name, self.p.submission)
 
-    def _run_ci(self) -> loop.Event:
+    def run_ci(self) -> loop.Event:
         t0 = time.time()
         sub = self.p.submission
         assert sub is not None
@@ -375,7 +321,7 @@ class IncidentRun:
         self._sub_conditions(sub, [ci_condition(res)])
         return loop.CIFinished(t=time.time(), result=res)
 
-    def _deploy(self) -> loop.Event:
+    def deploy(self) -> loop.Event:
         svc = self.scenario.service.name
         sub = self.p.submission
         assert sub is not None
@@ -416,10 +362,11 @@ class IncidentRun:
         )
         return loop.Deployed(t=t)
 
-    def _record(self) -> None:
+    def record_verdict(self) -> None:
         st = self.p.state
         verdict = st.verdict
         assert verdict is not None
+        self._last_verdict = verdict
         sub = self.p.submission
         summary = {
             "passed": verdict.passed,
@@ -441,7 +388,7 @@ class IncidentRun:
     def _judge(self, sub: str, verdict: Verdict) -> None:
         diagnose(self.kube, self.ns, sub, verdict, self.p.state.run_id, self.scenario, self.log)
 
-    def _restore(self) -> None:
+    def restore(self) -> None:
         svc = self.scenario.service.name
         if self.p.state.injected_at is None and self.p.baseline_image is None:
             return  # nothing was changed
@@ -463,45 +410,28 @@ class IncidentRun:
         if self.p.submission is not None:
             self.kube.delete_configmap(self.target_ns, self._patch_cm_name())
 
-    def _finish(self) -> None:
-        """A passing verdict or a run that cannot grade ends the Incident; a failing Submission
-        puts it back to AwaitingSubmission for the next one."""
-        st = self.p.state
-        verdict = st.verdict
-        assert verdict is not None
-        regradable = (
-            self.p.submission is not None
-            and not verdict.passed
-            and st.fault is None
-            and st.fired_at is not None
+    def reopen(self) -> None:
+        """The graded Submission did not pass and the regressed build is back: the next
+        Submission is handed off once the alert fires again."""
+        last, v = self.p.submission, self._last_verdict
+        self.p.submission = None
+        why = f" ({v.reason.value})" if v is not None else ""
+        self._persist(
+            [
+                condition(
+                    "AwaitingSubmission",
+                    False,
+                    "Rearming",
+                    f"Submission {last} did not pass{why}; the next one is graded once "
+                    f"{self.p.state.target_alert} fires again",
+                )
+            ]
         )
-        if regradable:
-            nxt = RunState(
-                run_id=st.run_id,
-                target_alert=st.target_alert,
-                verify=st.verify,
-                phase=Phase.AWAITING_SUBMISSION,
-                started_at=st.started_at,
-                injected_at=st.injected_at,
-                fired_at=st.fired_at,
-                handed_off_at=st.handed_off_at,
-                samples=st.samples[-1:],
-            )
-            self.p = Persisted(
-                nxt, None, self.p.graded, self.p.baseline_image, self.p.baseline_workdir
-            )
-            self._persist(
-                [
-                    condition(
-                        "AwaitingSubmission",
-                        True,
-                        "HandedOff",
-                        f"Submission {self.p.graded[-1]} did not pass "
-                        f"({verdict.reason.value}); the next one is graded",
-                    )
-                ]
-            )
-            return
+
+    def finish(self) -> None:
+        """A passing verdict or a run that cannot grade ends the Incident."""
+        verdict = self.p.state.verdict
+        assert verdict is not None
         self.p.finished = True
         self.kube.delete_job(self.ns, load_job_name(self.name))
         self._persist(
