@@ -85,6 +85,7 @@ def cold(patches: list[str], sustain: int, runs: Path) -> dict[str, float]:
         (r,) = _records(d)
         wall = r["wallTimeSeconds"]
         overhead += wall["total"] - _inherent(r)
+        print(f"cold run {patch}: wall {wall}", file=sys.stderr)
         # bounded by the target: the setup beyond the healthy build's start and the quiet
         setup_over += wall["setup"] - wall.get("warmup", 0.0) - wall.get("healthyStart", 0.0)
         passed += r["passed"]
@@ -122,6 +123,11 @@ def warm(patches: list[str], sustain: int, runs: Path) -> dict[str, float]:
         start = previous_end if previous_end is not None else end - r["wallTimeSeconds"]["total"]
         span = end - start - (setup if previous_end is None else 0.0)
         per_case.append(span - _inherent(r))
+        print(
+            f"warm case {r['session']['label']}: span {span:.1f}s, inherent "
+            f"{_inherent(r):.1f}s, wall {r['wallTimeSeconds']}",
+            file=sys.stderr,
+        )
         previous_end = end
     return {
         "cases": len(records),

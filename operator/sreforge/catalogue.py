@@ -181,10 +181,14 @@ PREAMBLE = """# Scenario validation
 
 Every reference fix must pass; the empty patch and every decoy must fail for a behavioural
 reason (never Inconclusive), the one a decoy's `# expect:` header names when it names one.
-Each row is one real run: a real Prometheus, the real service builds, open-model load on
-127.0.0.1. *fired after* is the time from the regressed build's swap to the target alert
-firing (within the scenario's fire timeout); *control fired* is whether the target alert
-fired on the healthy build under the same load during the control window (it must not);
+Each row is one real graded case: a real Prometheus, the real service builds, open-model
+load on 127.0.0.1. A scenario's cases run on one warm session: the environment is set up
+and injected once, the control window runs first, and each case is handed off, graded and
+restored in turn, the next one handed off only after the alert fired again on the restored
+regressed build. *fired after* is the time from the regressed build's swap (the injection,
+or the restore before a later case) to the target alert firing; *control fired* is whether
+the target alert fired on the healthy build under the same load during the control window
+(it must not); *run (s)* is the case's own time (the first case's includes the setup);
 *failing signals* are those that earned less than full credit (time_to_clear is partial on
 every clear that is not instant, so a passing fix lists it too).
 Each scenario's section is rewritten by `sreforge scenarios validate NAME --markdown
