@@ -13,6 +13,7 @@ its edit becomes the submission.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -49,7 +50,7 @@ def _run(tmp_path: Path, agent: str, **options: object) -> LocalRun:
             **options,  # type: ignore[arg-type]
         ),
     )
-    run._prepare_trees()
+    run.env.prepare_trees()
     (run.dir / "logs").mkdir()  # made by the first process a full run starts
     return run
 
@@ -82,9 +83,13 @@ def test_sandboxed_agent_reaches_nothing_internal_and_still_fixes(tmp_path: Path
         ]
         secrets = [s for s in secrets if s.exists()]
         assert {SCENARIO / "root_cause.md", run.dir / "trees" / "healthy"} <= set(secrets)
-        run.opts.agent = " ".join(
-            ["python3", str(lent / "agents" / "snoop_agent.py"), str(os.getpid()), str(fix)]
-            + [str(s) for s in secrets]
+        # the case was made at construction; its command needs the run directory's paths
+        run.case = dataclasses.replace(
+            run.case,
+            agent=" ".join(
+                ["python3", str(lent / "agents" / "snoop_agent.py"), str(os.getpid()), str(fix)]
+                + [str(s) for s in secrets]
+            ),
         )
         run._obtain_submission()
         seen = _logged(run, "sreforge-snoop: ")

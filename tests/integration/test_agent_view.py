@@ -83,7 +83,7 @@ def test_agent_workspace_and_brief_hold_nothing_harness_internal(tmp_path: Path)
                 progress=lambda _line: None,
             ),
         )
-        run._prepare_trees()
+        run.env.prepare_trees()
         (run.dir / "logs").mkdir()  # made by the first process a full run starts
         run._obtain_submission()
         seen = inventory_from_log(run.dir)

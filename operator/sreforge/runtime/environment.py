@@ -1,0 +1,366 @@
+"""One environment of a scenario on this machine: processes on 127.0.0.1 and a real Prometheus.
+
+The service's trees (healthy, regressed), its data, Redis and upstreams, the harness
+exporter, the scrape proxy, Prometheus and the load generator; swapping one build of the
+service for another; what the run observes of them. Which build runs when is the driver's
+business (`sreforge.runtime.local.LocalRun`), not this module's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sreforge.api.observation import AlertSample
+from sreforge.api.scenario import Scenario
+from sreforge.load.command import generator_argv
+from sreforge.runtime import ci, contention
+from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter, ScrapeProxy
+from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_command
+from sreforge.runtime.prometheus import PrometheusServer
+from sreforge.telemetry import LOAD_JOB, Telemetry
+
+# How long a swap waits for Prometheus to scrape the new build before stopping the old.
+SCRAPE_SWITCH_SECONDS = 10.0
+# Quiet this long (a rate window plus the rules' `for`) before the injection counts.
+QUIET_SECONDS = 15.0
+
+# Range queries recorded into the run directory before Prometheus stops (for reports).
+SERIES = {
+    "target_rate": 'max(sreforge_load_target_rate{job="loadgen"})',
+    "achieved_rate": (
+        'sum(rate(sreforge_load_scheduled_iterations_total{job="loadgen"}[10s]))'
+        ' - sum(rate(sreforge_load_dropped_iterations_total{job="loadgen"}[10s]))'
+    ),
+    "p95_latency_seconds": (
+        "histogram_quantile(0.95, sum by (le) "
+        '(rate(sreforge_load_request_duration_seconds_bucket{job="loadgen"}[10s])))'
+    ),
+    "error_ratio": (
+        'sum(rate(sreforge_load_requests_total{job="loadgen",outcome!="success"}[10s]))'
+        ' / sum(rate(sreforge_load_requests_total{job="loadgen"}[10s]))'
+    ),
+    # The harness exporter's view of the service process (job="harness").
+    "target_memory_rss_bytes": f'max(sreforge_target_memory_rss_bytes{{job="{HARNESS_JOB}"}})',
+}
+
+
+class LocalEnvironment:
+    """The processes of one scenario's environment under `directory`, set up once.
+
+    `setup` starts everything with the healthy build under load and waits until the target
+    alert is quiet; `swap_service` rolls another build in; `teardown` stops it all.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        repo_root: Path,
+        directory: Path,
+        *,
+        control_seconds: int = 0,
+        say: Callable[[str], None] = lambda _line: None,
+    ) -> None:
+        self.scenario = scenario
+        self.repo_root = repo_root
+        self.dir = directory
+        self.control_seconds = control_seconds
+        self.say = say
+        self.procs: list[Managed] = []
+        self.service: Managed | None = None
+        self.service_port = 0
+        self.loadgen: Managed | None = None
+        self.loadgen_port = 0
+        self.prom: PrometheusServer | None = None
+        self.cpu = contention.CpuMeter()  # CPU spent outside this run's process tree
+        self.telemetry: Telemetry | None = None
+        self.redis_url: str | None = None
+        self.upstream_env: dict[str, str] = {}  # url_env -> base URL of each upstream
+        self.harness: HarnessExporter | None = None
+        self.scrape: ScrapeProxy | None = None
+        self.control: dict[str, Any] | None = None  # the control window's observation
+        self.wall: dict[str, float] = {}  # the environment's own seconds: setup, warmup
+
+    # ----- trees -------------------------------------------------------------------
+    def prepare_trees(self) -> None:
+        """Copy the service's source twice: the healthy tree and the regressed one."""
+        src = self.scenario.source_path(self.repo_root)
+        if not src.is_dir():
+            raise ProcessError(f"service source {src} does not exist")
+        self.healthy = self.dir / "trees" / "healthy"
+        self.regressed = self.dir / "trees" / "regressed"
+        ci.copy_tree(src, self.healthy)
+        ci.copy_tree(src, self.regressed)
+        try:
+            ci.apply_patch(self.regressed, self.scenario.regression_path.read_text("utf-8"))
+        except ci.PatchRejected as exc:
+            raise ProcessError(f"{self.scenario.regression_path}: {exc}") from exc
+        self.data_dir = self.dir / "data"
+        self.data_dir.mkdir()
+
+    # ----- processes ---------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str], **kw: Any) -> Managed:
+        proc = Managed(name, argv, log_path=self.dir / "logs" / f"{name}.log", **kw)
+        self.procs.append(proc)
+        return proc
+
+    def _service_env(self, port: int) -> dict[str, str]:
+        env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": str(self.data_dir)}
+        if self.redis_url:
+            env["REDIS_URL"] = self.redis_url
+        env.update(self.upstream_env)
+        return env
+
+    def start_service(self, tree: Path, label: str) -> tuple[Managed, int]:
+        """Start the service from `tree` on a new port; returns it once it is healthy."""
+        port = free_port()
+        svc = self.scenario.service
+        proc = self._spawn(
+            f"{svc.name}-{label}", svc.command, cwd=tree, env=self._service_env(port)
+        )
+        proc.wait_http(f"http://127.0.0.1:{port}{svc.health_path}", svc.deploy_timeout_seconds)
+        return proc, port
+
+    def swap_service(self, tree: Path, label: str) -> float:
+        """Start `tree` beside the running build, move the load and the scrape, stop the old.
+
+        Returns the moment the load moved: that is the rollout time, not the old build's exit.
+        """
+        new, port = self.start_service(tree, label)
+        old = self.service
+        self.service, self.service_port = new, port
+        if self.harness is not None:
+            self.harness.follow(self.scenario.service.name, new.pid)
+        assert self.scrape is not None
+        self.scrape.point(port)
+        if self.loadgen is not None:
+            _post_json(
+                f"http://127.0.0.1:{self.loadgen_port}/target", {"url": f"http://127.0.0.1:{port}"}
+            )
+        switched = time.time()
+        if old is not None:
+            self.await_scrape(port)
+            old.stop()
+        return switched
+
+    def await_scrape(self, port: int, timeout: float = SCRAPE_SWITCH_SECONDS) -> None:
+        """Wait until Prometheus has scraped the new build once before stopping the old.
+
+        Like endpoints being updated before the old pod terminates: stopping the old build
+        while a scrape of it is in flight records a failed scrape (up=0), which the oracle
+        rightly reads as service-down. Best effort: after `timeout` the old build is stopped
+        anyway.
+        """
+        assert self.scrape is not None
+        deadline = time.monotonic() + timeout
+        while self.scrape.served(port) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def setup(self) -> None:
+        """Start everything, the healthy build under load, and wait until it is quiet."""
+        t0 = time.time()
+        self.prepare_trees()
+        svc = self.scenario.service
+        if svc.prepare:
+            argv = [a.replace("{data_dir}", str(self.data_dir)) for a in svc.prepare]
+            self.say(f"preparing data: {' '.join(argv)}")
+            subprocess.run(
+                resolve_command(argv),
+                cwd=self.healthy,
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
+        if "redis" in svc.dependencies:
+            port = free_port()
+            redis = self._spawn(
+                "redis",
+                [
+                    shutil.which("redis-server") or "redis-server",
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ],
+            )
+            deadline = time.monotonic() + 10
+            while not _tcp_ready(port):
+                if not redis.alive() or time.monotonic() > deadline:
+                    raise redis.fail("did not listen")
+                time.sleep(0.05)
+            self.redis_url = f"redis://127.0.0.1:{port}/0"
+        upstream_targets = self._start_upstreams()
+        self.harness = HarnessExporter()
+        self.harness.start()
+        self.scrape = ScrapeProxy(svc.name)
+        self.scrape.start()
+        loadgen_port = free_port()
+        self.prom = PrometheusServer(
+            self.dir / "prometheus",
+            [self.scenario.rules_path],
+            [svc.name, LOAD_JOB, HARNESS_JOB, *upstream_targets],
+        )
+        # Every target is known before Prometheus starts: its first discovery finds them
+        # all, and none waits for the discovery manager's throttle after a later change.
+        self.prom.set_targets(HARNESS_JOB, [self.harness.address])
+        self.prom.set_targets(svc.name, [self.scrape.address])  # stable: swaps never touch it
+        self.prom.set_targets(LOAD_JOB, [f"127.0.0.1:{loadgen_port}"])
+        for job, address in upstream_targets.items():
+            self.prom.set_targets(job, [address])
+        self.prom.start()
+        self.procs.append(self.prom.proc)  # type: ignore[arg-type]
+        self.telemetry = Telemetry(
+            self.prom.url, target_series=self.scenario.target_series, service_job=svc.name
+        )
+        self.say("starting the healthy build under load")
+        t_healthy = time.time()
+        self.swap_service(self.healthy, "healthy")
+        self.wall["healthyStart"] = time.time() - t_healthy
+        port_file = self.dir / "loadgen.port"
+        self.loadgen = self._spawn(
+            "loadgen",
+            generator_argv(
+                self.scenario.load,
+                f"http://127.0.0.1:{self.service_port}",
+                listen=f"127.0.0.1:{loadgen_port}",
+                port_file=port_file,
+            ),
+            env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+        self.loadgen_port = int(self.loadgen.wait_file(port_file, 20))
+        deadline = time.monotonic() + 30
+        while self.telemetry.load() is None:  # the first scrape with a rate
+            if time.monotonic() > deadline:
+                raise ProcessError("Prometheus saw no load-generator metrics within 30s")
+            time.sleep(0.5)
+        self.say("waiting for the healthy build to warm up (target alert quiet)")
+        self.wall["warmup"] = self._wait_quiet()
+        if self.control_seconds:
+            self._control_window()
+        self.wall["setup"] = time.time() - t0
+
+    def _start_upstreams(self) -> dict[str, str]:
+        """Start every upstream service from a copy of its tree; returns job -> host:port."""
+        targets: dict[str, str] = {}
+        for up in self.scenario.service.upstreams:
+            src = (self.repo_root / up.source).resolve()
+            if not src.is_dir():
+                raise ProcessError(f"upstream {up.name}: source {src} does not exist")
+            tree = self.dir / "trees" / f"upstream-{up.name}"
+            ci.copy_tree(src, tree)
+            data = self.data_dir / up.name
+            data.mkdir()
+            port = free_port()
+            env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": str(data), **up.env}
+            self.say(f"starting upstream {up.name}")
+            proc = self._spawn(f"upstream-{up.name}", up.command, cwd=tree, env=env)
+            proc.wait_http(
+                f"http://127.0.0.1:{port}{up.health_path}",
+                self.scenario.service.deploy_timeout_seconds,
+            )
+            self.upstream_env[up.url_env] = f"http://127.0.0.1:{port}"
+            targets[up.name] = f"127.0.0.1:{port}"
+        return targets
+
+    def _wait_quiet(self) -> float:
+        """Wait until the healthy build has warmed up: the target alert neither pending nor
+        firing. The injection starts from quiet, so the fire it confirms is the regression's,
+        not the healthy build's cold-cache transient. Returns the seconds waited."""
+        assert self.telemetry is not None
+        target = self.scenario.target_alert
+        started = time.time()
+        deadline = started + self.scenario.verify.fire_timeout_seconds
+        quiet_since: float | None = None
+        while time.time() < deadline:
+            alerts = self.telemetry.alerts()
+            if alerts is not None and target not in alerts[0] and target not in alerts[1]:
+                quiet_since = quiet_since or time.time()
+                if time.time() - quiet_since >= QUIET_SECONDS:
+                    return time.time() - started
+            else:
+                quiet_since = None
+            time.sleep(1)
+        raise ProcessError(
+            f"{target} is still pending or firing on the healthy build after "
+            f"{self.scenario.verify.fire_timeout_seconds}s: the scenario's baseline is unhealthy"
+        )
+
+    def _control_window(self) -> None:
+        """Observe the healthy build under the same load: the target alert must stay quiet."""
+        assert self.telemetry is not None
+        target = self.scenario.target_alert
+        self.say(f"control: healthy build under load for {self.control_seconds}s")
+        end = time.time() + self.control_seconds
+        fired = False
+        while time.time() < end:
+            alerts = self.telemetry.alerts()
+            fired = fired or bool(alerts and target in alerts[0])
+            time.sleep(1)
+        self.control = {"seconds": self.control_seconds, "targetFired": fired}
+
+    # ----- observations ------------------------------------------------------------
+    def generator_stats(self) -> dict[str, Any] | None:
+        """The load generator's /stats (counted since it started), or None if unreachable."""
+        if not self.loadgen_port:
+            return None
+        with contextlib.suppress(OSError, ValueError):
+            url = f"http://127.0.0.1:{self.loadgen_port}/stats"
+            with urllib.request.urlopen(url, timeout=3) as resp:
+                stats = json.loads(resp.read())
+            return stats if isinstance(stats, dict) else None
+        return None
+
+    def sample(self) -> AlertSample:
+        """One look at the alerts and the load, with the CPU contention outside the run."""
+        assert self.telemetry is not None
+        sample = self.telemetry.sample()
+        cpu = self.cpu.sample()
+        if cpu is not None:
+            sample = sample.model_copy(update={"outside_cpu": cpu.outside, "cpu_wait": cpu.wait})
+        return sample
+
+    def series(self, since: float, end: float) -> dict[str, Any] | None:
+        """The SERIES range queries over [since, end], or None before Prometheus started."""
+        if self.telemetry is None:
+            return None
+        return {name: self.telemetry.query_range(q, since, end, 1.0) for name, q in SERIES.items()}
+
+    def teardown(self) -> None:
+        """Stop every process (newest first) and the harness's own servers; never raises."""
+        for proc in reversed(self.procs):
+            with contextlib.suppress(Exception):
+                proc.stop()
+        for server in (self.harness, self.scrape):
+            if server is not None:
+                with contextlib.suppress(Exception):
+                    server.stop()
+
+
+def _post_json(url: str, body: dict[str, Any]) -> None:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        if resp.status != 200:
+            raise ProcessError(f"{url} answered {resp.status}")
+
+
+def _tcp_ready(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
