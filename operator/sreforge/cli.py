@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sreforge import catalogue, judge, leaderboard, report
 from sreforge.api.record import RunRecord
@@ -44,18 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if file is not None and not file.is_file():
             print(f"error: {label} {file}: no such file", file=sys.stderr)
             return EXIT_ERROR
-    opts = RunOptions(
-        runs_dir=args.runs_dir,
-        fix=args.fix,
-        agent=args.agent,
-        agent_model=args.agent_model,
-        rca=args.rca,
-        sustain_seconds=args.sustain_seconds,
-        control_seconds=args.control_seconds,
-        agent_timeout_seconds=args.agent_timeout,
-        agent_shares=args.agent_share,
-        agent_unsandboxed=args.agent_unsandboxed,
-    )
+    opts = _options(args, fix=args.fix, agent=args.agent)
     try:
         run = LocalRun(scenario, repo_root(), opts)
         record = RunRecord.model_validate(run.execute())
@@ -244,15 +234,8 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     if idle:
         print(f"error: no submitter applies to {', '.join(idle)}", file=sys.stderr)
         return EXIT_ERROR
-    opts = RunOptions(
-        runs_dir=args.runs_dir,
-        agent_model=args.agent_model,
-        rca=args.rca,
-        sustain_seconds=args.sustain_seconds,
-        control_seconds=args.control_seconds,
-        agent_timeout_seconds=args.agent_timeout,
-        agent_shares=args.agent_share,
-        agent_unsandboxed=args.agent_unsandboxed,
+    opts = _options(
+        args,
         rearm_timeout_seconds=args.rearm_timeout,
         live=False,
         progress=_quiet_or_verbose(args),
@@ -337,6 +320,52 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return EXIT_PASSED
 
 
+def _add_grading_arguments(p: argparse.ArgumentParser) -> None:
+    """What `run` and `campaign` share: the agent's setting, the windows, where to write."""
+    p.add_argument("--agent-model", help="model under test (the RCA judge must differ)")
+    p.add_argument("--agent-timeout", type=int, default=1800, metavar="SECONDS")
+    p.add_argument(
+        "--agent-share",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="show PATH read-only, at the same path, inside the agent's sandbox (repeatable)",
+    )
+    p.add_argument(
+        "--agent-unsandboxed",
+        action="store_true",
+        help="run the agent as this user with the whole file system in view (record says so)",
+    )
+    p.add_argument("--rca", type=Path, help="a root-cause write-up to judge beside the verdict")
+    p.add_argument(
+        "--sustain-seconds", type=int, metavar="N", help="override the scenario's sustained window"
+    )
+    p.add_argument(
+        "--control-seconds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="observe the healthy build under load first (control run)",
+    )
+    p.add_argument("--runs-dir", type=Path, default=Path("runs"))
+
+
+def _options(args: argparse.Namespace, **more: Any) -> RunOptions:
+    """RunOptions from the arguments `_add_grading_arguments` added."""
+    return RunOptions(
+        runs_dir=args.runs_dir,
+        agent_model=args.agent_model,
+        rca=args.rca,
+        sustain_seconds=args.sustain_seconds,
+        control_seconds=args.control_seconds,
+        agent_timeout_seconds=args.agent_timeout,
+        agent_shares=args.agent_share,
+        agent_unsandboxed=args.agent_unsandboxed,
+        **more,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sreforge", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -346,33 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     who = run.add_mutually_exclusive_group(required=True)
     who.add_argument("--fix", type=Path, help="a unified diff against the workspace")
     who.add_argument("--agent", help="command run in the workspace; its edits are the patch")
-    run.add_argument("--agent-model", help="model under test (the RCA judge must differ)")
-    run.add_argument("--agent-timeout", type=int, default=1800, metavar="SECONDS")
-    run.add_argument(
-        "--agent-share",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="show PATH read-only, at the same path, inside the agent's sandbox (repeatable)",
-    )
-    run.add_argument(
-        "--agent-unsandboxed",
-        action="store_true",
-        help="run the agent as this user with the whole file system in view (record says so)",
-    )
-    run.add_argument("--rca", type=Path, help="a root-cause write-up to judge beside the verdict")
-    run.add_argument(
-        "--sustain-seconds", type=int, metavar="N", help="override the scenario's sustained window"
-    )
-    run.add_argument(
-        "--control-seconds",
-        type=int,
-        default=0,
-        metavar="N",
-        help="observe the healthy build under load first (control run)",
-    )
-    run.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    _add_grading_arguments(run)
     run.set_defaults(func=cmd_run)
 
     scen = sub.add_parser("scenarios", help="the scenario catalogue")
@@ -417,20 +420,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--agent", action="append", default=[], metavar="CMD", help="an agent (repeatable)"
     )
     cp.add_argument("--trials", type=int, default=1, metavar="K")
-    cp.add_argument("--agent-model", help="model under test (the RCA judge must differ)")
-    cp.add_argument("--agent-timeout", type=int, default=1800, metavar="SECONDS")
-    cp.add_argument("--agent-share", type=Path, action="append", default=[], metavar="PATH")
-    cp.add_argument("--agent-unsandboxed", action="store_true")
-    cp.add_argument("--rca", type=Path, help="a root-cause write-up for every case")
-    cp.add_argument("--sustain-seconds", type=int, metavar="N")
-    cp.add_argument("--control-seconds", type=int, default=0, metavar="N")
+    _add_grading_arguments(cp)
     cp.add_argument(
         "--rearm-timeout",
         type=float,
         metavar="SECONDS",
         help="how long a restored baseline may take to fire again (default: the fire timeout)",
     )
-    cp.add_argument("--runs-dir", type=Path, default=Path("runs"))
     cp.add_argument("-v", "--verbose", action="store_true", help="progress lines of each case")
     cp.set_defaults(func=cmd_campaign)
 
