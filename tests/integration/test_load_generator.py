@@ -3,16 +3,20 @@
 Targets are `python -m sreforge.load.echo` processes (fast, slow 300 ms, wrong id, 500).
 The generator runs as `python -m sreforge.load` (subprocess tests) or in-process in an
 event loop of the test. Every run is bounded by its profile's duration and a timeout.
-Its control surface (POST /target, GET /stats) is on a Unix socket only.
+Its control surface (POST /target, GET /stats) is on a Unix socket only; the tests under
+"confinement" show that its TCP port serves nothing that changes or reveals the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.client
 import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -34,6 +38,7 @@ from sreforge.load import (
     ControlError,
     GeneratorProcess,
     LoadGenerator,
+    build_metrics_app,
     control_request,
     generator_argv,
     read_port_file,
@@ -319,6 +324,205 @@ def test_post_target_on_the_control_socket_switches_traffic_to_a_second_server(
     # every request went to one of the two, all validated
     assert (a.count() - a0) + (b.count() - b0) == 240
     assert a.count() - a0 >= 40
+
+
+# ---- confinement: nothing on the network changes or reveals the run -------------------
+
+
+def http_request(
+    port: int,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, bytes]:
+    """One raw request to 127.0.0.1:port (no redirects followed, nothing rewritten)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def listening(pid: int) -> tuple[set[int], set[str]]:
+    """The TCP ports and Unix socket paths `pid` listens on, found as a process on the
+    host finds them: its socket inodes in /proc/<pid>/fd, matched in /proc/net."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            link = str(fd.readlink())
+            if link.startswith("socket:["):
+                inodes.add(link.removeprefix("socket:[").removesuffix("]"))
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                f = line.split()
+                if f[3] == "0A" and f[9] in inodes:  # 0A: TCP_LISTEN
+                    ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    paths = set()
+    for line in Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]:
+        f = line.split()  # Num RefCount Protocol Flags Type St Inode [Path]
+        if int(f[3], 16) & 0x10000 and f[6] in inodes:  # __SO_ACCEPTCON: listening
+            paths.add(f[7] if len(f) > 7 else "")
+    return ports, paths
+
+
+def test_the_tcp_listener_routes_only_metrics_and_healthz() -> None:
+    """Whatever is added to the generator later, its TCP app has these routes and no other."""
+    gen = LoadGenerator(LoadProfile(rate=1), "http://127.0.0.1:1")
+    routes = {(r.method, r.resource.canonical) for r in build_metrics_app(gen).router.routes()}
+    assert routes == {
+        ("GET", "/metrics"), ("HEAD", "/metrics"), ("GET", "/healthz"), ("HEAD", "/healthz"),
+    }  # fmt: skip
+
+
+def test_control_is_on_a_0600_unix_socket_and_not_on_the_tcp_port(
+    echo: Echo, tmp_path: Path
+) -> None:
+    profile = LoadProfile(rate=20, duration_seconds=4, path="/fast/{id}")
+    sock = tmp_path / "control.sock"
+    with GeneratorProcess(
+        profile, echo.url, tmp_path / "p", control_socket=sock, stderr=subprocess.DEVNULL
+    ) as gp:
+        mode = sock.stat().st_mode
+        assert stat.S_ISSOCK(mode)
+        assert stat.S_IMODE(mode) == 0o600
+        assert listening(gp.pid) == ({gp.port}, {str(sock)})
+        body = json.dumps({"url": "http://127.0.0.1:1"}).encode()
+        json_type = {"Content-Type": "application/json"}
+        assert http_request(gp.port, "POST", "/target", body, json_type)[0] == 404
+        assert http_request(gp.port, "GET", "/stats")[0] == 404
+        assert http_request(gp.port, "POST", "/metrics", body, json_type)[0] == 405
+        status, answer = http_request(gp.port, "GET", "/healthz")
+        assert (status, json.loads(answer)) == (200, {"ok": True})  # nothing that identifies
+        assert http_request(gp.port, "GET", "/metrics")[0] == 200
+        assert gp.stats()["target"] == echo.url
+        assert gp.set_target(echo.url + "/") == echo.url
+        assert control_request(sock, "GET", "/metrics")[0] == 404  # each side its own routes
+        assert gp.proc.wait(timeout=10) == 0
+    assert not sock.exists(), "the generator leaves no socket behind"
+
+
+def test_without_a_control_socket_nothing_re_points_the_load(
+    echoes: tuple[Echo, Echo], tmp_path: Path
+) -> None:
+    """The Kubernetes load Job's case: no --control-socket, no control surface at all."""
+    a, b = echoes
+    profile = LoadProfile(rate=40, duration_seconds=3, path="/fast/{id}")
+    b0 = b.count()
+    err = tmp_path / "err"
+    with (
+        err.open("wb") as stderr,
+        GeneratorProcess(profile, a.url, tmp_path / "p", stderr=stderr) as gp,
+    ):
+        assert gp.control_socket is None
+        assert listening(gp.pid) == ({gp.port}, set())  # one TCP port, no Unix socket
+        body = json.dumps({"url": b.url}).encode()
+        for method in ("POST", "PUT", "PATCH"):
+            status, _ = http_request(
+                gp.port, method, "/target", body, {"Content-Type": "application/json"}
+            )
+            assert status == 404
+        with pytest.raises(RuntimeError, match="without a control socket"):
+            gp.set_target(b.url)
+        assert gp.proc.wait(timeout=10) == 0
+    summary = json.loads(err.read_text().splitlines()[-1].removeprefix("sreforge-load: summary "))
+    assert summary["target"] == a.url
+    assert summary["outcomes"]["success"] == summary["scheduled"] == 120
+    assert b.count() == b0
+
+
+# What a patched service that found the generator's port would try.
+ATTACK_PATHS = (
+    "/target", "/target/", "/TARGET", "//target", "/target?url={url}", "/api/target",
+    "/v1/target", "/control/target", "/admin/target", "/stats", "/stats/", "/debug",
+    "/debug/vars", "/admin", "/config", "/rate", "/stop", "/quit", "/shutdown", "/healthz",
+    "/metrics", "/",
+)  # fmt: skip
+ATTACK_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def test_a_client_that_finds_the_tcp_port_cannot_redirect_or_read_the_load(
+    echoes: tuple[Echo, Echo], tmp_path: Path
+) -> None:
+    """The reviewers' exploit class, generally: a process that finds the generator's port
+    (as theirs did in /proc/net/tcp) and tries every control request it can think of gets
+    /metrics and {"ok": true}, and the load stays on its target. The same request on the
+    control socket does re-point it: the attempts are real ones, refused by where they go."""
+    a, b = echoes
+    profile = LoadProfile(rate=40, duration_seconds=8, path="/fast/{id}")
+    sock = tmp_path / "control.sock"
+    b0 = b.count()
+    with GeneratorProcess(
+        profile, a.url, tmp_path / "p", control_socket=sock, stderr=subprocess.DEVNULL
+    ) as gp:
+        ports, _ = listening(gp.pid)
+        assert ports == {gp.port}
+        redirect = {"url": b.url, "target": b.url}
+        bodies: list[tuple[bytes | None, dict[str, str]]] = [
+            (None, {}),
+            (json.dumps(redirect).encode(), {"Content-Type": "application/json"}),
+            (urllib.parse.urlencode(redirect).encode(), {
+                "Content-Type": "application/x-www-form-urlencoded"
+            }),
+            (None, {"X-HTTP-Method-Override": "POST"}),
+        ]  # fmt: skip
+        answered: set[tuple[str, str]] = set()
+        for port in ports:
+            for template in ATTACK_PATHS:
+                path = template.format(url=urllib.parse.quote(b.url, safe=""))
+                for method in ATTACK_METHODS:
+                    for body, headers in bodies:
+                        status, answer = http_request(port, method, path, body, headers)
+                        if status < 400:
+                            answered.add((method, path))
+                            assert a.url.encode() not in answer  # nor where it goes
+        assert answered == {
+            ("GET", "/metrics"), ("HEAD", "/metrics"), ("GET", "/healthz"), ("HEAD", "/healthz"),
+        }  # fmt: skip
+        time.sleep(0.5)
+        stats = gp.stats()  # read back where only the harness can
+        assert stats["target"] == a.url
+        assert stats["target_switches"] == 0
+        assert b.count() == b0, "load reached the attacker's listener"
+        status, answer = control_request(sock, "POST", "/target", redirect)
+        assert (status, answer) == (200, {"target": b.url, "previous": a.url})
+        time.sleep(0.5)
+        assert b.count() > b0
+
+
+def test_another_user_cannot_use_the_control_socket(echo: Echo) -> None:
+    """Mode 0600 means it: a process of another user that sees the socket (its directory
+    here is open to all, on purpose) cannot connect to it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a client as another user")
+    profile = LoadProfile(rate=5, duration_seconds=5, path="/fast/{id}")
+    with tempfile.TemporaryDirectory(prefix="sreforge-load-") as d:
+        Path(d).chmod(0o755)  # anyone may enter: only the socket's mode keeps them out
+        sock = Path(d) / "control.sock"
+        with GeneratorProcess(
+            profile, echo.url, Path(d) / "p", control_socket=sock, stderr=subprocess.DEVNULL
+        ) as gp:
+            pid = os.fork()
+            if pid == 0:  # the child: become nobody, then try the socket
+                code = 3
+                try:
+                    os.setgroups([])
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                        s.connect(str(sock))
+                    code = 0
+                except PermissionError:
+                    code = 1
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 1, "another user connected"
+            assert gp.stats()["target"] == echo.url  # the harness's own user still can
 
 
 # ---- in-process ------------------------------------------------------------------------
