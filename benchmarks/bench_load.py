@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ sys.path.insert(0, str(OPERATOR))
 
 from sreforge.api.scenario import LoadProfile  # noqa: E402
 from sreforge.load.command import generator_argv  # noqa: E402
+from sreforge.load.control import read_stats  # noqa: E402
 from sreforge.load.process import read_port_file  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -54,11 +54,6 @@ def cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return json.loads(r.read())
 
 
 def stop(proc: subprocess.Popen[Any]) -> None:
@@ -83,22 +78,22 @@ def run_case(tmp: Path, echo_url: str, rate: int, delay_ms: int, seconds: int) -
     )
     port_file = tmp / f"load-{rate}-{delay_ms}.port"
     err_path = tmp / f"load-{rate}-{delay_ms}.err"
+    control = tmp / f"load-{rate}-{delay_ms}.sock"  # /stats is on the control socket only
     with err_path.open("wb") as err:
         proc = subprocess.Popen(
-            generator_argv(profile, echo_url, port_file=port_file, seed=1),
+            generator_argv(profile, echo_url, port_file=port_file, control_socket=control, seed=1),
             env=ENV,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=err,
         )
         try:
-            port = read_port_file(port_file, 15.0, proc)
-            stats_url = f"http://127.0.0.1:{port}/stats"
+            read_port_file(port_file, 15.0, proc)  # written once both listeners are up
             t_start = time.monotonic()
             time.sleep(1.0)  # warm-up: imports done, connections opened
-            cpu0, done0 = cpu_seconds(proc.pid), get_json(stats_url)["completed"]
+            cpu0, done0 = cpu_seconds(proc.pid), read_stats(control)["completed"]
             time.sleep(max(0.5, seconds - 1.5 - (time.monotonic() - t_start) + 1.0))
-            cpu1, last = cpu_seconds(proc.pid), get_json(stats_url)
+            cpu1, last = cpu_seconds(proc.pid), read_stats(control)
             done1 = last["completed"]
             proc.wait(timeout=seconds + 10)
         finally:

@@ -3,20 +3,28 @@
 Targets are `python -m sreforge.load.echo` processes (fast, slow 300 ms, wrong id, 500).
 The generator runs as `python -m sreforge.load` (subprocess tests) or in-process in an
 event loop of the test. Every run is bounded by its profile's duration and a timeout.
+Its control surface (POST /target, GET /stats) is on a Unix socket only; the tests under
+"confinement" show that its TCP port serves nothing that changes or reveals the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.client
 import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +35,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sreforge.api.scenario import LoadProfile
 from sreforge.load import (
+    ControlError,
     GeneratorProcess,
     LoadGenerator,
+    build_metrics_app,
+    control_request,
     generator_argv,
     read_port_file,
+    read_stats,
+    start_control,
     start_server,
 )
 from sreforge.load.metrics import DURATION_BUCKETS, OUTCOMES
@@ -118,45 +131,41 @@ def get_json(url: str) -> Any:
         return json.loads(r.read())
 
 
-def post_json(url: str, doc: Any) -> tuple[int, Any]:
-    req = urllib.request.Request(
-        url,
-        data=json.dumps(doc).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-Action = Callable[[LoadGenerator, str], Awaitable[Any]]
+@dataclass(frozen=True)
+class Served:
+    """Where an in-process generator is served: its TCP listener and its control socket."""
+
+    url: str
+    control: Path
+
+
+Action = Callable[[LoadGenerator, Served], Awaitable[Any]]
 
 
 def drive(
     profile: LoadProfile, target: str, action: Action | None = None
 ) -> tuple[LoadGenerator, dict[str, Any], Any]:
-    """Run a generator in-process with its control server; `action(gen, control_url)`
-    runs alongside. Returns (generator, summary, what the action returned)."""
+    """Run a generator in-process with its servers; `action(gen, served)` runs alongside.
+    Returns (generator, summary, what the action returned)."""
 
-    async def main() -> tuple[LoadGenerator, dict[str, Any], Any]:
+    async def main(control: Path) -> tuple[LoadGenerator, dict[str, Any], Any]:
         gen = LoadGenerator(profile, target, seed=7)
         runner, port = await start_server(gen)
+        control_runner = await start_control(gen, control)
         try:
             task = asyncio.create_task(gen.run())
             extra = None
             try:
                 if action is not None:
                     extra = await asyncio.wait_for(
-                        action(gen, f"http://127.0.0.1:{port}"), profile.duration_seconds + 5
+                        action(gen, Served(f"http://127.0.0.1:{port}", control)),
+                        profile.duration_seconds + 5,
                     )
             finally:
                 summary = await asyncio.wait_for(
@@ -164,9 +173,13 @@ def drive(
                 )
             return gen, summary, extra
         finally:
+            await control_runner.cleanup()
             await runner.cleanup()
 
-    return asyncio.run(main())
+    with tempfile.TemporaryDirectory(prefix="sreforge-load-") as d:
+        result = asyncio.run(main(Path(d) / "control.sock"))
+        assert not (Path(d) / "control.sock").exists(), "the control socket outlived its server"
+        return result
 
 
 def families(text: str) -> dict[str, Any]:
@@ -189,8 +202,9 @@ def test_subprocess_rate_within_10_percent(echo: Echo, tmp_path: Path) -> None:
         rate=100, duration_seconds=30, path="/fast/{id}", id_range=(1, 10_000), expect_json_id=True
     )
     port_file = tmp_path / "load.port"
+    control = tmp_path / "control.sock"
     proc = subprocess.Popen(
-        generator_argv(profile, echo.url, port_file=port_file, seed=1),
+        generator_argv(profile, echo.url, port_file=port_file, control_socket=control, seed=1),
         env=ENV,
         stdin=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -199,7 +213,7 @@ def test_subprocess_rate_within_10_percent(echo: Echo, tmp_path: Path) -> None:
         port = read_port_file(port_file, 15.0, proc)  # type: ignore[arg-type]
         assert not list(tmp_path.glob(".*tmp")), "the port file's temporary was left behind"
         time.sleep(4.0)
-        stats = get_json(f"http://127.0.0.1:{port}/stats")
+        stats = read_stats(control)
         assert stats["elapsed_seconds"] >= 3.5
         assert stats["achieved_rate_total"] == pytest.approx(100, rel=0.10)
         assert stats["achieved_rate_10s"] == pytest.approx(100, rel=0.10)
@@ -210,7 +224,7 @@ def test_subprocess_rate_within_10_percent(echo: Echo, tmp_path: Path) -> None:
         assert stats["lag_p50_10s"] is not None
         assert stats["lag_p99_10s"] >= stats["lag_p50_10s"] >= 0
         assert stats["target"] == echo.url
-        assert get_json(f"http://127.0.0.1:{port}/healthz")["ok"] is True
+        assert get_json(f"http://127.0.0.1:{port}/healthz") == {"ok": True}
 
         proc.send_signal(signal.SIGTERM)
         t = time.monotonic()
@@ -223,6 +237,7 @@ def test_subprocess_rate_within_10_percent(echo: Echo, tmp_path: Path) -> None:
     err = proc.stderr.read().decode() if proc.stderr else ""
     lines = [ln for ln in err.splitlines() if ln.startswith("sreforge-load: ")]
     assert lines[0].startswith("sreforge-load: start ")
+    assert not control.exists(), "the control socket outlived the generator"
     summary = json.loads(lines[-1].removeprefix("sreforge-load: summary "))
     assert summary["outcomes"]["success"] > 300
 
@@ -234,9 +249,11 @@ def test_subprocess_sigterm_with_requests_in_flight_exits_0_within_2s(
     profile = LoadProfile(
         rate=50, duration_seconds=60, path="/slow/{id}", timeout_ms=2000, id_range=(1, 9)
     )
-    with GeneratorProcess(profile, echo.url, tmp_path / "p", stderr=subprocess.DEVNULL) as gp:
+    with GeneratorProcess(
+        profile, echo.url, tmp_path / "p", control_socket=tmp_path / "c", stderr=subprocess.DEVNULL
+    ) as gp:
         time.sleep(1.0)
-        assert get_json(f"{gp.url}/stats")["in_flight"] > 0
+        assert gp.stats()["in_flight"] > 0
         t = time.monotonic()
         gp.proc.send_signal(signal.SIGTERM)
         assert gp.proc.wait(timeout=5) == 0
@@ -272,7 +289,7 @@ def test_subprocess_rejects_a_bad_profile(tmp_path: Path) -> None:
     assert not (tmp_path / "p").exists()
 
 
-def test_post_target_switches_traffic_to_a_second_server(
+def test_post_target_on_the_control_socket_switches_traffic_to_a_second_server(
     echoes: tuple[Echo, Echo], tmp_path: Path
 ) -> None:
     a, b = echoes
@@ -280,28 +297,232 @@ def test_post_target_switches_traffic_to_a_second_server(
         rate=60, duration_seconds=4, path="/fast/{id}", id_range=(1, 50), expect_json_id=True
     )
     a0, b0 = a.count(), b.count()
-    with GeneratorProcess(profile, a.url, tmp_path / "p", stderr=subprocess.DEVNULL) as gp:
+    sock = tmp_path / "control.sock"
+    with GeneratorProcess(
+        profile, a.url, tmp_path / "p", control_socket=sock, stderr=subprocess.DEVNULL
+    ) as gp:
         time.sleep(1.2)
         assert b.count() == b0
-        code, body = post_json(f"{gp.url}/target", {"url": "http://127.0.0.1:notaport"})
+        code, body = control_request(sock, "POST", "/target", {"url": "http://127.0.0.1:notaport"})
         assert code == 400
         assert "error" in body
-        code, body = post_json(f"{gp.url}/target", ["not", "an", "object"])
+        code, body = control_request(sock, "POST", "/target", ["not", "an", "object"])
         assert code == 400
-        code, body = post_json(f"{gp.url}/target", {"url": b.url + "/"})
+        with pytest.raises(ControlError, match="400"):
+            gp.set_target("ftp://127.0.0.1:21")
+        code, body = control_request(sock, "POST", "/target", {"url": b.url + "/"})
         assert (code, body) == (200, {"target": b.url, "previous": a.url})
         time.sleep(0.5)  # in-flight requests to A complete (~ms each)
         a_after = a.count()
         time.sleep(1.0)
         assert a.count() == a_after, "requests still go to the old target"
         assert b.count() - b0 >= 40
-        stats = get_json(f"{gp.url}/stats")
+        stats = gp.stats()
         assert stats["target"] == b.url
         assert stats["target_switches"] == 1
         assert gp.proc.wait(timeout=10) == 0
     # every request went to one of the two, all validated
     assert (a.count() - a0) + (b.count() - b0) == 240
     assert a.count() - a0 >= 40
+
+
+# ---- confinement: nothing on the network changes or reveals the run -------------------
+
+
+def http_request(
+    port: int,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, bytes]:
+    """One raw request to 127.0.0.1:port (no redirects followed, nothing rewritten)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def listening(pid: int) -> tuple[set[int], set[str]]:
+    """The TCP ports and Unix socket paths `pid` listens on, found as a process on the
+    host finds them: its socket inodes in /proc/<pid>/fd, matched in /proc/net."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            link = str(fd.readlink())
+            if link.startswith("socket:["):
+                inodes.add(link.removeprefix("socket:[").removesuffix("]"))
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                f = line.split()
+                if f[3] == "0A" and f[9] in inodes:  # 0A: TCP_LISTEN
+                    ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    paths = set()
+    for line in Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]:
+        f = line.split()  # Num RefCount Protocol Flags Type St Inode [Path]
+        if int(f[3], 16) & 0x10000 and f[6] in inodes:  # __SO_ACCEPTCON: listening
+            paths.add(f[7] if len(f) > 7 else "")
+    return ports, paths
+
+
+def test_the_tcp_listener_routes_only_metrics_and_healthz() -> None:
+    """Whatever is added to the generator later, its TCP app has these routes and no other."""
+    gen = LoadGenerator(LoadProfile(rate=1), "http://127.0.0.1:1")
+    routes = {(r.method, r.resource.canonical) for r in build_metrics_app(gen).router.routes()}
+    assert routes == {
+        ("GET", "/metrics"), ("HEAD", "/metrics"), ("GET", "/healthz"), ("HEAD", "/healthz"),
+    }  # fmt: skip
+
+
+def test_control_is_on_a_0600_unix_socket_and_not_on_the_tcp_port(
+    echo: Echo, tmp_path: Path
+) -> None:
+    profile = LoadProfile(rate=20, duration_seconds=4, path="/fast/{id}")
+    sock = tmp_path / "control.sock"
+    with GeneratorProcess(
+        profile, echo.url, tmp_path / "p", control_socket=sock, stderr=subprocess.DEVNULL
+    ) as gp:
+        mode = sock.stat().st_mode
+        assert stat.S_ISSOCK(mode)
+        assert stat.S_IMODE(mode) == 0o600
+        assert listening(gp.pid) == ({gp.port}, {str(sock)})
+        body = json.dumps({"url": "http://127.0.0.1:1"}).encode()
+        json_type = {"Content-Type": "application/json"}
+        assert http_request(gp.port, "POST", "/target", body, json_type)[0] == 404
+        assert http_request(gp.port, "GET", "/stats")[0] == 404
+        assert http_request(gp.port, "POST", "/metrics", body, json_type)[0] == 405
+        status, answer = http_request(gp.port, "GET", "/healthz")
+        assert (status, json.loads(answer)) == (200, {"ok": True})  # nothing that identifies
+        assert http_request(gp.port, "GET", "/metrics")[0] == 200
+        assert gp.stats()["target"] == echo.url
+        assert gp.set_target(echo.url + "/") == echo.url
+        assert control_request(sock, "GET", "/metrics")[0] == 404  # each side its own routes
+        assert gp.proc.wait(timeout=10) == 0
+    assert not sock.exists(), "the generator leaves no socket behind"
+
+
+def test_without_a_control_socket_nothing_re_points_the_load(
+    echoes: tuple[Echo, Echo], tmp_path: Path
+) -> None:
+    """The Kubernetes load Job's case: no --control-socket, no control surface at all."""
+    a, b = echoes
+    profile = LoadProfile(rate=40, duration_seconds=3, path="/fast/{id}")
+    b0 = b.count()
+    err = tmp_path / "err"
+    with (
+        err.open("wb") as stderr,
+        GeneratorProcess(profile, a.url, tmp_path / "p", stderr=stderr) as gp,
+    ):
+        assert gp.control_socket is None
+        assert listening(gp.pid) == ({gp.port}, set())  # one TCP port, no Unix socket
+        body = json.dumps({"url": b.url}).encode()
+        for method in ("POST", "PUT", "PATCH"):
+            status, _ = http_request(
+                gp.port, method, "/target", body, {"Content-Type": "application/json"}
+            )
+            assert status == 404
+        with pytest.raises(RuntimeError, match="without a control socket"):
+            gp.set_target(b.url)
+        assert gp.proc.wait(timeout=10) == 0
+    summary = json.loads(err.read_text().splitlines()[-1].removeprefix("sreforge-load: summary "))
+    assert summary["target"] == a.url
+    assert summary["outcomes"]["success"] == summary["scheduled"] == 120
+    assert b.count() == b0
+
+
+# What a patched service that found the generator's port would try.
+ATTACK_PATHS = (
+    "/target", "/target/", "/TARGET", "//target", "/target?url={url}", "/api/target",
+    "/v1/target", "/control/target", "/admin/target", "/stats", "/stats/", "/debug",
+    "/debug/vars", "/admin", "/config", "/rate", "/stop", "/quit", "/shutdown", "/healthz",
+    "/metrics", "/",
+)  # fmt: skip
+ATTACK_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def test_a_client_that_finds_the_tcp_port_cannot_redirect_or_read_the_load(
+    echoes: tuple[Echo, Echo], tmp_path: Path
+) -> None:
+    """The reviewers' exploit class, generally: a process that finds the generator's port
+    (as theirs did in /proc/net/tcp) and tries every control request it can think of gets
+    /metrics and {"ok": true}, and the load stays on its target. The same request on the
+    control socket does re-point it: the attempts are real ones, refused by where they go."""
+    a, b = echoes
+    profile = LoadProfile(rate=40, duration_seconds=8, path="/fast/{id}")
+    sock = tmp_path / "control.sock"
+    b0 = b.count()
+    with GeneratorProcess(
+        profile, a.url, tmp_path / "p", control_socket=sock, stderr=subprocess.DEVNULL
+    ) as gp:
+        ports, _ = listening(gp.pid)
+        assert ports == {gp.port}
+        redirect = {"url": b.url, "target": b.url}
+        bodies: list[tuple[bytes | None, dict[str, str]]] = [
+            (None, {}),
+            (json.dumps(redirect).encode(), {"Content-Type": "application/json"}),
+            (urllib.parse.urlencode(redirect).encode(), {
+                "Content-Type": "application/x-www-form-urlencoded"
+            }),
+            (None, {"X-HTTP-Method-Override": "POST"}),
+        ]  # fmt: skip
+        answered: set[tuple[str, str]] = set()
+        for port in ports:
+            for template in ATTACK_PATHS:
+                path = template.format(url=urllib.parse.quote(b.url, safe=""))
+                for method in ATTACK_METHODS:
+                    for body, headers in bodies:
+                        status, answer = http_request(port, method, path, body, headers)
+                        if status < 400:
+                            answered.add((method, path))
+                            assert a.url.encode() not in answer  # nor where it goes
+        assert answered == {
+            ("GET", "/metrics"), ("HEAD", "/metrics"), ("GET", "/healthz"), ("HEAD", "/healthz"),
+        }  # fmt: skip
+        time.sleep(0.5)
+        stats = gp.stats()  # read back where only the harness can
+        assert stats["target"] == a.url
+        assert stats["target_switches"] == 0
+        assert b.count() == b0, "load reached the attacker's listener"
+        status, answer = control_request(sock, "POST", "/target", redirect)
+        assert (status, answer) == (200, {"target": b.url, "previous": a.url})
+        time.sleep(0.5)
+        assert b.count() > b0
+
+
+def test_another_user_cannot_use_the_control_socket(echo: Echo) -> None:
+    """Mode 0600 means it: a process of another user that sees the socket (its directory
+    here is open to all, on purpose) cannot connect to it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a client as another user")
+    profile = LoadProfile(rate=5, duration_seconds=5, path="/fast/{id}")
+    with tempfile.TemporaryDirectory(prefix="sreforge-load-") as d:
+        Path(d).chmod(0o755)  # anyone may enter: only the socket's mode keeps them out
+        sock = Path(d) / "control.sock"
+        with GeneratorProcess(
+            profile, echo.url, Path(d) / "p", control_socket=sock, stderr=subprocess.DEVNULL
+        ) as gp:
+            pid = os.fork()
+            if pid == 0:  # the child: become nobody, then try the socket
+                code = 3
+                try:
+                    os.setgroups([])
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                        s.connect(str(sock))
+                    code = 0
+                except PermissionError:
+                    code = 1
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 1, "another user connected"
+            assert gp.stats()["target"] == echo.url  # the harness's own user still can
 
 
 # ---- in-process ------------------------------------------------------------------------
@@ -313,7 +534,7 @@ def test_slow_target_does_not_slow_the_schedule_iterations_are_dropped(echo: Ech
         rate=100, duration_seconds=3, max_in_flight=5, path="/slow/{id}", timeout_ms=2000
     )
 
-    async def watch(gen: LoadGenerator, _: str) -> int:
+    async def watch(gen: LoadGenerator, _: Served) -> int:
         peak = 0
         while gen.running and not gen.finished and gen.elapsed() < 2.9:
             peak = max(peak, gen.in_flight)
@@ -379,17 +600,23 @@ def test_outcomes_are_classified(
 def test_metrics_endpoint_exposes_the_exact_series(echo: Echo) -> None:
     profile = LoadProfile(rate=20, duration_seconds=2, path="/fast/{id}", max_in_flight=7)
 
-    async def scrape(_: LoadGenerator, control: str) -> tuple[str, str, Any]:
+    async def scrape(_: LoadGenerator, served: Served) -> tuple[str, str, Any]:
         async with aiohttp.ClientSession() as s:
-            async with s.get(f"{control}/metrics") as r0:
+            async with s.get(f"{served.url}/metrics") as r0:
                 first = await r0.text()  # right at the start: every series exists already
             await asyncio.sleep(1.0)
-            async with s.get(f"{control}/metrics") as r:
+            async with s.get(f"{served.url}/metrics") as r:
                 assert r.status == 200
                 assert r.headers["Content-Type"].startswith("text/plain")
                 text = await r.text()
-            async with s.get(f"{control}/stats") as r2:
-                stats = await r2.json()
+            async with s.get(f"{served.url}/stats") as r1:
+                assert r1.status == 404  # not over TCP
+        unix = aiohttp.UnixConnector(path=str(served.control))
+        async with (
+            aiohttp.ClientSession(connector=unix) as c,
+            c.get("http://generator/stats") as r2,
+        ):
+            stats = await r2.json()
         return first, text, stats
 
     _, _, (first, text, stats) = drive(profile, echo.url, scrape)
@@ -437,7 +664,7 @@ def test_event_loop_lag_starts_late_and_bounds_catch_up(echo: Echo) -> None:
     1 s late and dropped; those due in [~1.1, 2.1) start late with their lag measured."""
     profile = LoadProfile(rate=100, duration_seconds=3, path="/fast/{id}")
 
-    async def block(_: LoadGenerator, __: str) -> None:
+    async def block(_: LoadGenerator, __: Served) -> None:
         await asyncio.sleep(0.5)
         time.sleep(1.6)  # noqa: ASYNC251 (a stalled event loop, on purpose)
 
@@ -458,7 +685,7 @@ def test_event_loop_lag_starts_late_and_bounds_catch_up(echo: Echo) -> None:
 def test_stop_ends_the_run_promptly_and_counts_interrupted(echo: Echo) -> None:
     profile = LoadProfile(rate=50, duration_seconds=60, path="/sleep/5000/{id}", timeout_ms=10_000)
 
-    async def stop_soon(gen: LoadGenerator, _: str) -> float:
+    async def stop_soon(gen: LoadGenerator, _: Served) -> float:
         await asyncio.sleep(0.5)
         gen.stop()
         return time.monotonic()
@@ -487,7 +714,7 @@ def liar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Echo]:
 
 
 def _switch_to(other: Echo, after: float) -> Action:
-    async def switch(gen: LoadGenerator, _control: str) -> float:
+    async def switch(gen: LoadGenerator, _: Served) -> float:
         # elapsed() is 0 until the schedule starts, i.e. while answers are learned
         while gen.elapsed() <= 0 or gen.elapsed() < after:  # noqa: ASYNC110 (polls a clock)
             await asyncio.sleep(0.02)

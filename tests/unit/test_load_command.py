@@ -15,7 +15,12 @@ PROFILE = LoadProfile(rate=50, path="/items/{id}", id_range=(1, 99), known_answe
 
 def test_the_generator_parses_back_what_the_builder_writes(tmp_path: Path) -> None:
     argv = generator_argv(
-        PROFILE, "http://127.0.0.1:8080", listen="0.0.0.0:9100", port_file=tmp_path / "p", seed=7
+        PROFILE,
+        "http://127.0.0.1:8080",
+        listen="0.0.0.0:9100",
+        port_file=tmp_path / "p",
+        control_socket=tmp_path / "control.sock",
+        seed=7,
     )
     assert argv[:3] == [sys.executable, "-m", "sreforge.load"]
     args = _parser().parse_args(argv[3:])
@@ -23,6 +28,7 @@ def test_the_generator_parses_back_what_the_builder_writes(tmp_path: Path) -> No
     assert LoadProfile.model_validate_json(args.profile_json) == PROFILE
     assert args.listen == ("0.0.0.0", 9100)
     assert args.port_file == tmp_path / "p"
+    assert args.control_socket == tmp_path / "control.sock"
     assert args.seed == 7
 
 
@@ -31,7 +37,9 @@ def test_defaults_listen_on_loopback_and_leave_out_what_is_not_given() -> None:
     assert argv[0] == "python"
     assert "--port-file" not in argv
     assert "--seed" not in argv
+    assert "--control-socket" not in argv  # no control surface unless asked for
     args = _parser().parse_args(argv[3:])
     assert args.listen == ("127.0.0.1", 0)
     assert args.port_file is None
+    assert args.control_socket is None
     assert args.seed is None

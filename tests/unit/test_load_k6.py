@@ -390,5 +390,6 @@ def test_generator_job_runs_the_builtin_generator(profile: LoadProfile) -> None:
     assert args["--listen"] == f"0.0.0.0:{METRICS_PORT}"
     assert args["--port-file"].startswith("/tmp/")
     assert args["--seed"] == "4"
+    assert "--control-socket" not in args  # the Job never re-points: no control surface
     assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     json.dumps(job)

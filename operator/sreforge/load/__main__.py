@@ -2,12 +2,18 @@
 
     python -m sreforge.load --target http://127.0.0.1:8080 \\
         --profile-json '{"rate": 100, "duration_seconds": 60, "path": "/items/{id}"}' \\
-        --listen 127.0.0.1:0 --port-file /tmp/load.port [--seed 1]
+        --listen 127.0.0.1:0 --port-file /tmp/load.port [--seed 1] \\
+        [--control-socket /run/harness/load.sock]
 
-Binds the metrics server first (port 0 = ephemeral), then writes the bound port to
-``--port-file`` atomically (a temporary file renamed over it) so a reader never sees a
-partial number, then runs the load. Exits 0 when the duration ends or on SIGTERM/SIGINT,
-2 on bad arguments. Prints one start line and one summary line (JSON) to stderr.
+The TCP listener serves ``GET /metrics`` and ``GET /healthz`` only. ``--control-socket``
+adds a Unix socket (mode 0600, at a path that must not exist yet) serving ``POST /target``
+and ``GET /stats``; without it nothing can re-point the load or read its counters.
+
+Binds the metrics server and the control socket first (port 0 = ephemeral), then writes
+the bound port to ``--port-file`` atomically (a temporary file renamed over it) so a reader
+never sees a partial number and both are ready once it exists, then runs the load. Exits 0
+when the duration ends or on SIGTERM/SIGINT, 2 on bad arguments or what cannot be bound.
+Prints one start line and one summary line (JSON) to stderr.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pydantic import ValidationError
 
 from sreforge.api.scenario import LoadProfile
 from sreforge.load.generator import LoadGenerator, TargetError
-from sreforge.load.server import start_server
+from sreforge.load.server import start_control, start_server
 
 PROG = "sreforge-load"
 
@@ -56,6 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-json", required=True, help="a LoadProfile as JSON")
     p.add_argument("--listen", type=parse_listen, default=("127.0.0.1", 0), help="HOST:PORT")
     p.add_argument("--port-file", type=Path, help="where to write the bound metrics port")
+    p.add_argument(
+        "--control-socket",
+        type=Path,
+        help="a Unix socket (created 0600) serving POST /target and GET /stats; none if unset",
+    )
     p.add_argument("--seed", type=int, default=None, help="seed of the random ids")
     p.add_argument(
         "--linger",
@@ -82,22 +93,30 @@ async def _amain(args: argparse.Namespace, profile: LoadProfile) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     host, port = args.listen
-    runner, bound = await start_server(gen, host, port)
     try:
-        if args.port_file is not None:
-            write_port_file(args.port_file, bound)
-        _say(
-            f"start target={gen.target} rate={profile.rate}/s "
-            f"max_in_flight={profile.max_in_flight} duration={profile.duration_seconds}s "
-            f"{profile.method} {profile.path} metrics=http://{host}:{bound}/metrics "
-            f"pid={os.getpid()}"
-        )
-        summary = await gen.run()
-        if args.linger > 0 and not done.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), timeout=args.linger)
+        async with contextlib.AsyncExitStack() as servers:
+            runner, bound = await start_server(gen, host, port)
+            servers.push_async_callback(runner.cleanup)
+            if args.control_socket is not None:
+                try:
+                    control = await start_control(gen, args.control_socket)
+                except OSError as exc:
+                    _say(f"cannot create the control socket {args.control_socket}: {exc}")
+                    return 2
+                servers.push_async_callback(control.cleanup)
+            if args.port_file is not None:
+                write_port_file(args.port_file, bound)
+            _say(
+                f"start target={gen.target} rate={profile.rate}/s "
+                f"max_in_flight={profile.max_in_flight} duration={profile.duration_seconds}s "
+                f"{profile.method} {profile.path} metrics=http://{host}:{bound}/metrics "
+                f"control={args.control_socket or 'none'} pid={os.getpid()}"
+            )
+            summary = await gen.run()
+            if args.linger > 0 and not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), timeout=args.linger)
     finally:
-        await runner.cleanup()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
     _say("summary " + json.dumps(summary, sort_keys=True))

@@ -15,13 +15,17 @@ def generator_argv(
     *,
     listen: str = "127.0.0.1:0",
     port_file: Path | str | None = None,
+    control_socket: Path | str | None = None,
     seed: int | None = None,
     python: str = sys.executable,
 ) -> list[str]:
     """The argv that runs ``profile`` against ``target``, serving its metrics on ``listen``
     (HOST:PORT, port 0 for any) and writing the bound port to ``port_file`` if given.
 
-    ``python`` is the interpreter: this one by default, ``"python"`` in a container image.
+    ``control_socket``: the Unix socket (a path in a directory only the caller can enter)
+    that serves ``POST /target`` and ``GET /stats``; without it nothing can re-point or
+    read the run. ``python`` is the interpreter: this one by default, ``"python"`` in a
+    container image.
     """
     argv = [
         python,
@@ -36,6 +40,8 @@ def generator_argv(
     ]
     if port_file is not None:
         argv += ["--port-file", str(port_file)]
+    if control_socket is not None:
+        argv += ["--control-socket", str(control_socket)]
     if seed is not None:
         argv += ["--seed", str(seed)]
     return argv

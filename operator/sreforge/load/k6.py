@@ -322,7 +322,10 @@ def render_generator_job(
 ) -> dict[str, Any]:
     """A batch/v1 Job running the built-in generator (``python -m sreforge.load``) from the
     operator ``image``, with the security context of render_k6_job; it serves the
-    ``sreforge_load_*`` series on ``:9100/metrics`` (container port named ``metrics``)."""
+    ``sreforge_load_*`` series on ``:9100/metrics`` (container port named ``metrics``).
+
+    No ``--control-socket``: the Job never re-points its load, so it has no control
+    surface at all; its port serves ``/metrics`` and a bare ``/healthz`` (the probe)."""
     args = generator_argv(
         profile,
         target_url.rstrip("/"),

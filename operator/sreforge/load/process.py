@@ -7,10 +7,11 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from sreforge.api.scenario import LoadProfile
 from sreforge.children import die_with_parent
+from sreforge.load import control
 from sreforge.load.command import generator_argv
 
 
@@ -40,8 +41,11 @@ def read_port_file(
 class GeneratorProcess:
     """A started generator child: ``.port``, ``.url``, ``.stop()``; a context manager.
 
-    ``env`` defaults to this process's environment with ``operator/`` (the directory
-    holding the ``sreforge`` package) prepended to PYTHONPATH.
+    With ``control_socket`` (a path in a directory of the caller's; a stale socket there is
+    removed first) it serves ``POST /target`` and ``GET /stats`` on that Unix socket, used
+    by :meth:`set_target` and :meth:`stats`; without it, nothing can re-point it. ``env``
+    defaults to this process's environment with ``operator/`` (the directory holding the
+    ``sreforge`` package) prepended to PYTHONPATH.
     """
 
     def __init__(
@@ -51,6 +55,7 @@ class GeneratorProcess:
         port_file: Path | str,
         *,
         listen: str = "127.0.0.1:0",
+        control_socket: Path | str | None = None,
         seed: int | None = None,
         stderr: IO[bytes] | int | None = None,
         env: dict[str, str] | None = None,
@@ -58,12 +63,22 @@ class GeneratorProcess:
     ) -> None:
         self.port_file = Path(port_file)
         self.port_file.unlink(missing_ok=True)
+        self.control_socket = None if control_socket is None else Path(control_socket)
+        if self.control_socket is not None and self.control_socket.is_socket():
+            self.control_socket.unlink()  # an earlier generator's; the generator binds afresh
         if env is None:
             env = dict(os.environ)
             root = str(Path(__file__).resolve().parents[2])
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self.proc: subprocess.Popen[bytes] = subprocess.Popen(
-            generator_argv(profile, target, listen=listen, port_file=self.port_file, seed=seed),
+            generator_argv(
+                profile,
+                target,
+                listen=listen,
+                port_file=self.port_file,
+                control_socket=self.control_socket,
+                seed=seed,
+            ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -84,8 +99,21 @@ class GeneratorProcess:
 
     @property
     def url(self) -> str:
-        """Base URL of /metrics, /stats, /target, /healthz."""
+        """Base URL of the TCP listener: ``/metrics`` and ``/healthz``."""
         return f"http://{self.host}:{self.port}"
+
+    def _socket(self) -> Path:
+        if self.control_socket is None:
+            raise RuntimeError("this generator was started without a control socket")
+        return self.control_socket
+
+    def stats(self) -> dict[str, Any]:
+        """``GET /stats`` over the control socket."""
+        return control.read_stats(self._socket())
+
+    def set_target(self, url: str) -> str:
+        """``POST /target`` over the control socket; returns the normalised target."""
+        return control.set_target(self._socket(), url)
 
     def stop(self, timeout: float = 5.0) -> int:
         """SIGTERM, wait up to ``timeout``, then SIGKILL; returns the exit code."""
