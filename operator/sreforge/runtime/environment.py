@@ -9,18 +9,18 @@ business (`sreforge.runtime.local.LocalRun`), not this module's.
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sreforge.api.observation import AlertSample
 from sreforge.api.scenario import Scenario
+from sreforge.load import control as load_control
 from sreforge.load.command import generator_argv
 from sreforge.runtime import ci, contention
 from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter, ScrapeProxy
@@ -79,6 +79,7 @@ class LocalEnvironment:
         self.service_port = 0
         self.loadgen: Managed | None = None
         self.loadgen_port = 0
+        self.loadgen_socket: Path | None = None
         self.prom: PrometheusServer | None = None
         self.cpu = contention.CpuMeter()  # CPU spent outside this run's process tree
         self.telemetry: Telemetry | None = None
@@ -141,10 +142,11 @@ class LocalEnvironment:
             self.harness.follow(self.scenario.service.name, new.pid)
         assert self.scrape is not None
         self.scrape.point(port)
-        if self.loadgen is not None:
-            _post_json(
-                f"http://127.0.0.1:{self.loadgen_port}/target", {"url": f"http://127.0.0.1:{port}"}
-            )
+        if self.loadgen is not None and self.loadgen_socket is not None:
+            try:  # over the generator's control socket: no network path can re-point it
+                load_control.set_target(self.loadgen_socket, f"http://127.0.0.1:{port}")
+            except OSError as exc:
+                raise ProcessError(f"the load generator did not move to {port}: {exc}") from exc
         switched = time.time()
         if old is not None:
             self.await_scrape(port)
@@ -229,6 +231,8 @@ class LocalEnvironment:
         self.swap_service(self.healthy, "healthy")
         self.wall["healthyStart"] = time.time() - t_healthy
         port_file = self.dir / "loadgen.port"
+        # the control socket lives outside the run directory, in a 0700 folder of its own
+        self.loadgen_socket = Path(tempfile.mkdtemp(prefix="sreforge-ctl-")) / "load.sock"
         self.loadgen = self._spawn(
             "loadgen",
             generator_argv(
@@ -236,6 +240,7 @@ class LocalEnvironment:
                 f"http://127.0.0.1:{self.service_port}",
                 listen=f"127.0.0.1:{loadgen_port}",
                 port_file=port_file,
+                control_socket=self.loadgen_socket,
             ),
             env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         )
@@ -313,13 +318,10 @@ class LocalEnvironment:
     # ----- observations ------------------------------------------------------------
     def generator_stats(self) -> dict[str, Any] | None:
         """The load generator's /stats (counted since it started), or None if unreachable."""
-        if not self.loadgen_port:
+        if self.loadgen_socket is None or not self.loadgen_port:
             return None
         with contextlib.suppress(OSError, ValueError):
-            url = f"http://127.0.0.1:{self.loadgen_port}/stats"
-            with urllib.request.urlopen(url, timeout=3) as resp:
-                stats = json.loads(resp.read())
-            return stats if isinstance(stats, dict) else None
+            return load_control.read_stats(self.loadgen_socket, timeout=3)
         return None
 
     def sample(self) -> AlertSample:
@@ -346,18 +348,8 @@ class LocalEnvironment:
             if server is not None:
                 with contextlib.suppress(Exception):
                     server.stop()
-
-
-def _post_json(url: str, body: dict[str, Any]) -> None:
-    req = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=5) as resp:
-        if resp.status != 200:
-            raise ProcessError(f"{url} answered {resp.status}")
+        if self.loadgen_socket is not None:
+            shutil.rmtree(self.loadgen_socket.parent, ignore_errors=True)
 
 
 def _tcp_ready(port: int) -> bool:
