@@ -293,11 +293,13 @@ def step(state: RunState, event: Event) -> list[Action]:
 
 def _more_cases(state: RunState) -> bool:
     """Another case may be graded against this environment: the last one was handed off
-    and graded on its own merits (no harness fault), there are cases left, and a pass does
-    not end the run."""
+    and graded on its own merits (no harness fault, not Inconclusive: an environment that
+    could not observe one case is not trusted with the next), there are cases left, and a
+    pass does not end the run."""
     v = state.verdict
     return (
         v is not None
+        and v.reason is not Reason.INCONCLUSIVE
         and state.fault is None
         and state.fired_at is not None
         and state.submitted_at is not None

@@ -110,7 +110,7 @@ def patient_copy(dest: Path) -> Path:
 class Run:
     """One `sreforge run` subprocess and the lines it printed so far."""
 
-    def __init__(self, runs_dir: Path, *submission: str) -> None:
+    def __init__(self, runs_dir: Path, *submission: str, command: str = "run") -> None:
         self.runs_dir = runs_dir
         scenario = patient_copy(runs_dir.parent / "scenario")
         self.proc = subprocess.Popen(
@@ -118,7 +118,7 @@ class Run:
                 sys.executable,
                 "-m",
                 "sreforge.cli",
-                "run",
+                command,
                 str(scenario),
                 *submission,
                 "--sustain-seconds",
@@ -201,8 +201,8 @@ class Run:
 def start(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     runs: list[Run] = []
 
-    def _start(*submission: str) -> Run:
-        run = Run(tmp_path / "runs", *submission)
+    def _start(*submission: str, command: str = "run") -> Run:
+        run = Run(tmp_path / "runs", *submission, command=command)
         runs.append(run)
         return run
 
@@ -293,3 +293,43 @@ def test_load_generator_death_fails_closed(start: Callable[..., Run]) -> None:
         assert record["submission"]["kind"] == "agent"  # type: ignore[index]
         assert record["submission"]["sandboxed"] is True  # type: ignore[index]
         assert_nothing_internal(inventory_from_log(next(run.runs_dir.iterdir())))
+
+
+def test_a_fault_in_one_case_of_a_session_does_not_poison_the_next(
+    start: Callable[..., Run],
+) -> None:
+    """A warm session of two cases of the same fix; Prometheus is killed while the first is
+    verified. That case is Inconclusive, the session starts a new environment, and the
+    second case is graded there on its own merits, its record saying why."""
+    with case("fault: Prometheus killed during one case of a warm session") as c:
+        run = start("--fix", str(FIX), "--fix", str(FIX), "-v", command="campaign")
+        run.wait_for_line(cleared_while_verifying)
+        env1 = next(p for p in run.runs_dir.glob("*/env1") if p.is_dir())
+        run.kill_child(
+            lambda _pid, argv: (
+                Path(argv[0]).name == "prometheus"
+                and any(a.startswith(f"--config.file={env1}") for a in argv)
+            )
+        )
+        try:
+            code = run.proc.wait(2 * RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the session hung after the fault:\n{run.output}")
+        out = run.output
+        records = sorted(
+            (json.loads(p.read_text()) for p in run.runs_dir.glob("*/record.json")),
+            key=lambda r: r["session"]["case"],
+        )
+        c.lost = int(len(records) != 2)
+        assert code == 0, out
+        assert "Traceback" not in out, out
+        assert len(records) == 2, out
+        first, second = records
+        assert first["reason"] == "Inconclusive", out
+        assert first["session"]["environment"] == 1
+        assert second["session"]["environment"] == 2  # a new environment, not the broken one
+        assert "Inconclusive" in second["session"]["restartedBecause"], second["session"]
+        assert second["passed"] is True, second["message"]
+        assert second["timestamps"]["fired"] is not None
+        session = json.loads(next(run.runs_dir.glob("*/session.json")).read_text())
+        assert [e["graded"] for e in session["environments"]] == [1, 1]

@@ -318,3 +318,25 @@ def test_a_job_result_after_a_fault_is_stale() -> None:
     assert loop.step(st, loop.CIFinished(t=6, result=green)) == []
     assert st.ci is None  # the late result changes nothing
     assert st.phase is Phase.RESTORING
+
+
+def test_an_inconclusive_case_ends_the_environment() -> None:
+    """Telemetry lost in the verification window (no fault raised): the verdict is
+    Inconclusive and the environment is not trusted with the next case."""
+    st = operator_state()
+    to_handoff(st)
+    loop.step(st, loop.Submitted(t=4))
+    loop.step(st, loop.CIFinished(t=5, result=CIResult(status=CIStatus.GREEN)))
+    loop.step(st, loop.Deployed(t=6))
+    loop.step(st, sampled(7))  # cleared
+    actions: list[Action] = []
+    for t in range(8, 40):  # then Prometheus cannot be asked
+        blind = loop.Sampled(sample=AlertSample(t=t, firing=None))
+        actions = loop.step(st, blind)
+        if actions != [Action.SAMPLE]:
+            break
+    assert actions == [Action.RECORD, Action.RESTORE]
+    assert st.verdict is not None
+    assert st.verdict.reason is Reason.INCONCLUSIVE
+    assert st.fault is None
+    assert loop.step(st, loop.Restored(t=41)) == [Action.FINISH]

@@ -125,7 +125,12 @@ def run_session(
                 env.setup_seconds = run.env_wall.get("setup")
                 env.fault = run.state.fault
                 result.records.extend(run.records)
-            reason = run.state.fault or "the environment ended before its last case"
+            last = run.records[-1] if run.records else None
+            reason = run.state.fault or (
+                f"{last.reason.value}: {last.message}"
+                if last is not None
+                else "the environment ended before its last case"
+            )
     finally:
         result.ended = time.time()
         (result.directory / "session.json").write_text(
