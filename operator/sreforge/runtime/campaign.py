@@ -96,8 +96,9 @@ def run_campaign(
         ]
         result = run_session(scenario, repo_root, options, cases, campaign=cid)
         campaign.sessions.append(result.id)
-        for case, record in zip(cases, [*result.records, *[None] * len(cases)], strict=False):
-            graded = record is not None and record.reason.value != "Inconclusive"
+        for i, case in enumerate(cases):
+            record = result.record_of(i)
+            graded = record is not None and record.graded  # not Inconclusive/NeverFired
             campaign.results.append(
                 Trial(
                     scenario=scenario.name,

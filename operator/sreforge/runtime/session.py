@@ -47,6 +47,10 @@ class SessionResult:
     began: float = 0.0
     ended: float = 0.0
 
+    def record_of(self, index: int) -> RunRecord | None:
+        """The record of case `index` (from 0), or None if the session never graded it."""
+        return self.records[index] if index < len(self.records) else None
+
     def to_json(self) -> dict[str, Any]:
         """session.json: what ran where, and when."""
         return {
@@ -66,9 +70,8 @@ class SessionResult:
                     "reason": r.reason.value if r else None,
                     "passed": r.passed if r else None,
                 }
-                for i, (c, r) in enumerate(
-                    zip(self.cases, [*self.records, *[None] * len(self.cases)], strict=False)
-                )
+                for i, c in enumerate(self.cases)
+                for r in [self.record_of(i)]
             ],
         }
 
