@@ -194,6 +194,12 @@ def copy_tree(src: Path, dest: Path) -> None:
     )
 
 
+def gate_steps(test_command: Sequence[str]) -> list[list[str]]:
+    """What the CI gate runs in the patched tree, in order, locally and in the CI Job:
+    every module must compile, then the service's own (pristine) tests must pass."""
+    return [["python", "-m", "compileall", "-q", "."], list(test_command)]
+
+
 def run_gate(
     *,
     pristine: Path,
@@ -227,7 +233,7 @@ def run_gate(
             shutil.copytree(src, dest)
         elif src.exists():
             shutil.copyfile(src, dest)
-    steps = [["python", "-m", "compileall", "-q", "."], list(test_command)]
+    steps = gate_steps(test_command)
     output = ""
 
     def result(status: CIStatus, reason: str) -> CIResult:

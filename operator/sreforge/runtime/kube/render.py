@@ -11,6 +11,7 @@ from typing import Any
 from sreforge.api.resources import GROUP, VERSION
 from sreforge.api.scenario import LoadProfile, Scenario
 from sreforge.load import k6
+from sreforge.runtime import ci
 from sreforge.runtime.kube.config import (
     CI_MARGIN_SECONDS,
     FILES_KEY,
@@ -195,11 +196,7 @@ def render_ci_job(
     name = incident["metadata"]["name"]
     svc = scenario.service
     regressed = cfg.image(svc.name, "regressed")
-    tests = (
-        shlex.join(["python", "-m", "compileall", "-q", "."])
-        + " && "
-        + shlex.join(svc.test_command)
-    )
+    tests = " && ".join(shlex.join(step) for step in ci.gate_steps(svc.test_command))
     script = (
         f'{{ {tests}; }} >"$CI_LOG" 2>&1; rc=$?; '
         'tail -c 3500 "$CI_LOG" >"$TERMINATION_LOG"; exit $rc'
