@@ -1,0 +1,85 @@
+"""How long each scenario's full validation took: an earlier SCENARIOS.md against this one.
+
+Each scenario's section of SCENARIOS.md lists its cases with their run times. Before warm
+sessions every case was a cold `sreforge run` and the section's time is the sum of its
+rows; a warm session's section says its own total ("N min in all", which also counts the
+one setup). Writes the `## Validation time` section of SCENARIOS.md:
+
+    python benchmarks/validation_times.py --before 5599154   # a commit with the cold table
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "operator"))
+from sreforge.markdown import write_section  # noqa: E402
+
+HEADING = "## Validation time"
+TOTAL = re.compile(r"(\d+) runs, ([\d.]+) min in all")
+
+
+def sections(text: str) -> dict[str, str]:
+    out = {}
+    for chunk in text.split("\n## ")[1:]:
+        name, _, body = chunk.partition("\n")
+        out[name.strip()] = body
+    return out
+
+
+def minutes(body: str) -> tuple[int, float] | None:
+    """(cases, minutes) of one section: its stated total, else the sum of its rows."""
+    if match := TOTAL.search(body):
+        return int(match[1]), float(match[2])
+    rows = [ln for ln in body.splitlines() if ln.startswith("| ") and "| patch |" not in ln]
+    if not rows:
+        return None
+    return len(rows), sum(float(r.split("|")[-2]) for r in rows) / 60
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--before", required=True, help="a commit whose SCENARIOS.md is the cold one")
+    args = ap.parse_args()
+    old = subprocess.run(
+        ["git", "show", f"{args.before}:SCENARIOS.md"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path = ROOT / "SCENARIOS.md"
+    before, after = sections(old), sections(path.read_text(encoding="utf-8"))
+    lines = [
+        f"`python benchmarks/validation_times.py --before {args.before}`: each scenario's full "
+        f"validation (`sreforge scenarios validate NAME`) as SCENARIOS.md at {args.before} "
+        "recorded it (cold: one `sreforge run` per case, the time is the sum of its rows) "
+        "and as it is now (one warm session per scenario, its own total with the setup). "
+        "Both on this 2-CPU machine; run times depend on what else it ran.",
+        "",
+        "| scenario | cases before | minutes before | cases now | minutes now | ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    sums = [0.0, 0.0]
+    for name in sorted(set(before) & set(after)):
+        b, a = minutes(before[name]), minutes(after[name])
+        if b is None or a is None:
+            continue
+        sums[0] += b[1]
+        sums[1] += a[1]
+        lines.append(f"| {name} | {b[0]} | {b[1]:.1f} | {a[0]} | {a[1]:.1f} | {a[1] / b[1]:.2f} |")
+    if sums[0]:
+        lines.append(f"| all | | {sums[0]:.1f} | | {sums[1]:.1f} | {sums[1] / sums[0]:.2f} |")
+    body = "\n".join(lines)
+    print(body)
+    write_section(path, HEADING, body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
