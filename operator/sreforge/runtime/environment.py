@@ -84,6 +84,7 @@ class LocalEnvironment:
         self.cpu = contention.CpuMeter()  # CPU spent outside this run's process tree
         self.telemetry: Telemetry | None = None
         self.redis_url: str | None = None
+        self.redis_port = 0
         self.upstream_env: dict[str, str] = {}  # url_env -> base URL of each upstream
         self.harness: HarnessExporter | None = None
         self.scrape: ScrapeProxy | None = None
@@ -106,6 +107,16 @@ class LocalEnvironment:
             raise ProcessError(f"{self.scenario.regression_path}: {exc}") from exc
         self.data_dir = self.dir / "data"
         self.data_dir.mkdir()
+
+    def fresh_state(self, label: str) -> None:
+        """The next build starts on a copy of the data as the scenario prepared it, with an
+        empty Redis: nothing a graded case wrote (an index a fix created, pages it cached in
+        Redis) reaches the next case. A build already running keeps the data it has."""
+        fresh = self.dir / f"data-{label}"
+        shutil.copytree(self.dir / "data-prepared", fresh)
+        self.data_dir = fresh
+        if self.redis_port:
+            _redis_flushall(self.redis_port)
 
     # ----- processes ---------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str], **kw: Any) -> Managed:
@@ -181,6 +192,8 @@ class LocalEnvironment:
                 capture_output=True,
                 timeout=300,
             )
+        # every case of a session starts from the data as prepared here (see fresh_state)
+        shutil.copytree(self.data_dir, self.dir / "data-prepared")
         if "redis" in svc.dependencies:
             port = free_port()
             redis = self._spawn(
@@ -203,6 +216,7 @@ class LocalEnvironment:
                     raise redis.fail("did not listen")
                 time.sleep(0.05)
             self.redis_url = f"redis://127.0.0.1:{port}/0"
+            self.redis_port = port
         upstream_targets = self._start_upstreams()
         self.harness = HarnessExporter()
         self.harness.start()
@@ -350,6 +364,15 @@ class LocalEnvironment:
                     server.stop()
         if self.loadgen_socket is not None:
             shutil.rmtree(self.loadgen_socket.parent, ignore_errors=True)
+
+
+def _redis_flushall(port: int) -> None:
+    """FLUSHALL in Redis's wire protocol (RESP): no client library for one command."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(b"*1\r\n$8\r\nFLUSHALL\r\n")
+        answer = conn.recv(64)
+    if not answer.startswith(b"+OK"):
+        raise ProcessError(f"redis on port {port} did not flush: {answer!r}")
 
 
 def _tcp_ready(port: int) -> bool:

@@ -211,7 +211,9 @@ class LocalRun:
         t0 = time.time()
         try:
             if self.state.injected_at is not None and self.env.service is not None:
-                self.env.swap_service(self.env.regressed, self._label("baseline"))
+                label = self._label("baseline")
+                self.env.fresh_state(label)  # the next case must not inherit this one's data
+                self.env.swap_service(self.env.regressed, label)
         finally:
             self.wall["restore"] = time.time() - t0
 
