@@ -60,8 +60,8 @@ def test_full_run_passes_and_restores() -> None:
     assert st.phase is Phase.DONE
 
 
-def test_never_fired_is_not_handed_off() -> None:
-    st = state()
+def inject_and_never_fire(st: RunState) -> list[Action]:
+    """Start, inject, then quiet samples until the loop decides; its last actions."""
     loop.step(st, loop.Start(t=0))
     loop.step(st, loop.Injected(t=1))
     actions: list[Action] = []
@@ -69,6 +69,12 @@ def test_never_fired_is_not_handed_off() -> None:
         actions = loop.step(st, sampled(t))
         if actions != [Action.SAMPLE]:
             break
+    return actions
+
+
+def test_never_fired_is_not_handed_off() -> None:
+    st = state()
+    actions = inject_and_never_fire(st)
     assert actions == [Action.RECORD, Action.RESTORE]
     assert Action.HAND_OFF not in actions
     assert st.handed_off_at is None
@@ -271,13 +277,7 @@ def test_harness_fault_never_rearms() -> None:
 
 def test_never_fired_never_rearms() -> None:
     st = operator_state()
-    loop.step(st, loop.Start(t=0))
-    loop.step(st, loop.Injected(t=1))
-    actions: list[Action] = []
-    for t in range(2, 60):
-        actions = loop.step(st, sampled(t))
-        if actions != [Action.SAMPLE]:
-            break
+    assert inject_and_never_fire(st) == [Action.RECORD, Action.RESTORE]
     assert st.verdict is not None
     assert st.verdict.reason is Reason.ALERT_NEVER_FIRED
     assert loop.step(st, loop.Restored(t=61)) == [Action.FINISH]
