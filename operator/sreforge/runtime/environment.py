@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -161,7 +162,10 @@ class LocalEnvironment:
         switched = time.time()
         if old is not None:
             self.await_scrape(port)
-            old.stop()
+            # Out of the way already (no load, no scrape): a build that ignores SIGTERM
+            # costs its stop timeout in the background, not in the next step (teardown
+            # still stops everything it started).
+            threading.Thread(target=old.stop, name="sreforge-retire", daemon=True).start()
         return switched
 
     def await_scrape(self, port: int, timeout: float = SCRAPE_SWITCH_SECONDS) -> None:
