@@ -17,10 +17,9 @@ from pathlib import Path
 
 from sreforge.api.campaign import Campaign, Trial, summarise
 from sreforge.api.scenario import Scenario
+from sreforge.catalogue import EMPTY  # `--fix empty`: the catalogue's label of the empty patch
 from sreforge.runtime.local import CaseSpec, RunOptions
 from sreforge.runtime.session import run_session
-
-EMPTY = "empty"  # `--fix empty`: the empty patch, no fix at all
 
 
 @dataclass(frozen=True)
