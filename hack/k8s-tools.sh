@@ -2,8 +2,8 @@
 # hack/k8s-tools.sh - build the binaries of a real (kwok-backed) Kubernetes
 # control plane from Go modules, into a cache outside the repo.
 #
-# Builds: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
-# (module k8s.io/kubernetes), etcd (go.etcd.io/etcd/server/v3, through a
+# Builds: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+# kubelet, kube-proxy (module k8s.io/kubernetes), CoreDNS (its module), etcd (go.etcd.io/etcd/server/v3, through a
 # generated wrapper module), kwok, helm, and prometheus + promtool (the version the
 # chart's bundled Prometheus runs, with Kubernetes service discovery, which Debian's
 # package is built without).
@@ -39,9 +39,10 @@ ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
 PROMETHEUS_VERSION=v3.16.0 # = the chart's prometheus.image.tag
+COREDNS_VERSION=v1.14.7    # the cluster DNS of hack/local-cluster.sh
 # ---------------------------------------------------------------------------
 
-K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS_DIR="${SREFORGE_TOOLS_DIR:-$HOME/.cache/sreforge/tools}"
@@ -49,7 +50,7 @@ JOBS="${SREFORGE_BUILD_JOBS:-2}"
 if ! [[ "$JOBS" =~ ^[0-9]+$ ]] || (( JOBS < 1 )); then JOBS=1; fi
 if (( JOBS > 2 )); then JOBS=2; fi
 
-SET_ID="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_prometheus-${PROMETHEUS_VERSION}"
+SET_ID="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}_prometheus-${PROMETHEUS_VERSION}_coredns-${COREDNS_VERSION}"
 SET_BIN="$TOOLS_DIR/bin-$SET_ID"
 
 K8S_DIR="$TOOLS_DIR/kubernetes-$K8S_VERSION"
@@ -57,6 +58,7 @@ ETCD_DIR="$TOOLS_DIR/etcd-$ETCD_VERSION"
 KWOK_DIR="$TOOLS_DIR/kwok-$KWOK_VERSION"
 HELM_DIR="$TOOLS_DIR/helm-$HELM_VERSION"
 PROMETHEUS_DIR="$TOOLS_DIR/prometheus-$PROMETHEUS_VERSION"
+COREDNS_DIR="$TOOLS_DIR/coredns-$COREDNS_VERSION"
 
 # name -> path of the real binary, relative to $TOOLS_DIR
 declare -A BIN_PATH=(
@@ -64,6 +66,9 @@ declare -A BIN_PATH=(
   [kube-controller-manager]="kubernetes-$K8S_VERSION/bin/kube-controller-manager"
   [kube-scheduler]="kubernetes-$K8S_VERSION/bin/kube-scheduler"
   [kubectl]="kubernetes-$K8S_VERSION/bin/kubectl"
+  [kubelet]="kubernetes-$K8S_VERSION/bin/kubelet"
+  [kube-proxy]="kubernetes-$K8S_VERSION/bin/kube-proxy"
+  [coredns]="coredns-$COREDNS_VERSION/bin/coredns"
   [etcd]="etcd-$ETCD_VERSION/bin/etcd"
   [kwok]="kwok-$KWOK_VERSION/bin/kwok"
   [helm]="helm-$HELM_VERSION/bin/helm"
@@ -71,7 +76,7 @@ declare -A BIN_PATH=(
   [promtool]="prometheus-$PROMETHEUS_VERSION/bin/promtool"
   [kwok-stages.yaml]="kwok-$KWOK_VERSION/share/kwok-stages.yaml"
 )
-ALL_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm prometheus promtool)
+ALL_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok helm prometheus promtool coredns)
 # kwok's default stages (the set kwokctl uses), installed from the kwok module:
 # the kwok binary itself starts no simulation without a Stage config.
 KWOK_STAGE_FILES=(node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml
@@ -326,6 +331,16 @@ build_prometheus() {
   done
 }
 
+# ------------------------------------------------------------- coredns
+# No replace directives: plain `go install`. Built with its default plugin set
+# (the local cluster uses kubernetes, forward-free: errors, health, ready,
+# kubernetes, cache, loop, reload).
+build_coredns() {
+  have_bin coredns && return 0
+  go_install_to "$COREDNS_DIR" coredns "github.com/coredns/coredns@$COREDNS_VERSION" \
+    "-X github.com/coredns/coredns/coremain.GitCommit=module-$COREDNS_VERSION"
+}
+
 # ------------------------------------------------------------- linking
 link_set() {
   mkdir -p "$SET_BIN"
@@ -347,6 +362,7 @@ version_of() {
   case "$b" in
     kubectl) out=$("$p" version --client 2>&1) || { printf "%s\n" "$out"; return 1; } ;;
     helm)    out=$("$p" version --short 2>&1) || { printf "%s\n" "$out"; return 1; } ;;
+    coredns) out=$("$p" -version 2>&1) || { printf "%s\n" "$out"; return 1; } ;;
     *)       out=$("$p" --version 2>&1) || { printf "%s\n" "$out"; return 1; } ;;
   esac
   printf '%s\n' "${out%%$'\n'*}"
@@ -381,6 +397,7 @@ cmd_build() {
     build_kwok
     build_helm
     build_prometheus
+    build_coredns
     build_kubernetes
     log "all built"
   fi
@@ -412,7 +429,7 @@ cmd_check() {
 }
 
 cmd_versions() {
-  printf 'kubernetes %s\netcd %s\nkwok %s\nhelm %s\nprometheus %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROMETHEUS_VERSION"
+  printf 'kubernetes %s\netcd %s\nkwok %s\nhelm %s\nprometheus %s\ncoredns %s\n' "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$PROMETHEUS_VERSION" "$COREDNS_VERSION"
 }
 
 cmd_prune() {
