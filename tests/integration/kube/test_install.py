@@ -808,3 +808,54 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
         assert loaded == sorted(r["alert"] for g in rules["groups"] for r in g["rules"])
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------- admission policy
+def test_an_incident_is_refused_unless_its_creator_may_patch_the_target(
+    crds: ControlPlane, helm: Any
+) -> None:
+    """The ValidatingAdmissionPolicy of manifests/ (the chart renders the same rules): alice
+    may create Incidents in her namespace; one aimed at a Deployment she may not patch is
+    refused, with the field and the reason, until she may."""
+    policy = (REPO_ROOT / "manifests" / "admission-policy.yaml").read_text()
+    rendered = helm("template", "sreforge", str(CHART), "--show-only",
+                    "templates/admission-policy.yaml")  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    chart_docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    for mine, chart in zip(yaml.safe_load_all(policy), chart_docs, strict=True):
+        assert mine["spec"] | {"policyName": None} == chart["spec"] | {"policyName": None}
+    crds.kubectl("apply", "-f", "-", input_text=policy)
+    own, other = "alice-ns", "shared-ns"
+    for ns in (own, other):
+        crds.kubectl("create", "namespace", ns)
+    crds.kubectl("create", "role", "incidents", "-n", own, "--verb=create,get,update,patch",
+                 "--resource=incidents.sreforge.dev")  # fmt: skip
+    crds.kubectl("create", "rolebinding", "alice", "-n", own, "--role=incidents", "--user=alice")
+
+    def incident(name: str, spec: dict[str, Any]) -> str:
+        body = {"apiVersion": API_VERSION, "kind": "Incident",
+                "metadata": {"name": name, "namespace": own},
+                "spec": {"scenario": "latency-cache-stampede", **spec}}  # fmt: skip
+        res = crds.kubectl("create", "--as=alice", "-f", "-", input_text=json.dumps(body),
+                           check=False)  # fmt: skip
+        return res.stderr if res.returncode else ""
+
+    aimed = {"targetNamespace": other, "targetDeployment": "catalog"}
+    # the policy is enforced once the apiserver has compiled it (and alice's Role counts)
+    wait_for(
+        "the policy to refuse",
+        lambda: "ValidatingAdmissionPolicy" in incident("probe", aimed),
+        timeout=30,
+    )
+    refused = incident("cross", aimed)
+    assert "spec.targetNamespace" in refused
+    assert "alice may not patch deployment catalog in namespace shared-ns" in refused
+    # her own namespace, where she may not patch Deployments either: refused too
+    assert "may not patch deployments in namespace alice-ns" in incident("own", {})
+    crds.kubectl("create", "role", "patch", "-n", other, "--verb=patch",
+                 "--resource=deployments.apps", "--resource-name=catalog")  # fmt: skip
+    crds.kubectl("create", "rolebinding", "alice", "-n", other, "--role=patch", "--user=alice")
+    wait_for("alice's new right to count", lambda: not incident("cross", aimed), timeout=30)
+    # a Deployment she still may not patch there
+    assert "deployment other" in incident("cross-2", {**aimed, "targetDeployment": "other"})
+    crds.kubectl("delete", "-f", "-", input_text=policy)
