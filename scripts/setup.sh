@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent setup on a fresh Debian machine: system packages, a venv with sreforge,
-# and with --kube the control-plane binaries for the operator tests (cached).
+# with --kube the control-plane binaries for the operator tests (cached), and with
+# --cluster also what a real node needs (containerd, runc, CNI plugins, a Docker engine to
+# build images, debootstrap for their base; hack/local-cluster.sh, hack/images.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -9,6 +11,27 @@ for bin in prometheus:prometheus promtool:prometheus redis-server:redis-server g
   shellcheck:shellcheck chromium:chromium node:nodejs; do
   command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin##*:}")
 done
+cluster=0; kube=0
+for arg in "$@"; do
+  case "$arg" in
+    --kube) kube=1 ;;
+    --cluster) kube=1; cluster=1 ;;
+    *) echo "setup: unknown option $arg (--kube, --cluster)" >&2; exit 2 ;;
+  esac
+done
+if [ "$cluster" = 1 ]; then
+  # the node (containerd 1.6, runc, CNI plugins in /usr/lib/cni, iptables/nft for
+  # kube-proxy and the host-state restore), image building (docker.io's engine,
+  # debootstrap, umoci; gcc for the pause binary), openssl for the kubelet's certificates
+  for bin in containerd:containerd runc:runc ctr:containerd /usr/lib/cni/bridge:containernetworking-plugins \
+    iptables:iptables nft:nftables dockerd:docker.io debootstrap:debootstrap umoci:umoci \
+    gcc:gcc /usr/include/stdio.h:libc6-dev openssl:openssl; do
+    case "${bin%%:*}" in
+      /*) [ -e "${bin%%:*}" ] || need+=("${bin##*:}") ;;
+      *) command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin##*:}") ;;
+    esac
+  done
+fi
 if [ "${#need[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -28,7 +51,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e . --group dev
   touch "$stamp"
 fi
-if [ "${1:-}" = "--kube" ]; then
+if [ "$kube" = 1 ]; then
   bash hack/k8s-tools.sh
 fi
 echo "setup: ready (.venv/bin/sreforge)"

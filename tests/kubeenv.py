@@ -188,7 +188,17 @@ class ControlPlane:
         pod_cidr: str | None = None,
         start_timeout: float = 180.0,
         stop_timeout: float = 15.0,
+        bind_address: str = "127.0.0.1",
+        identities: dict[str, tuple[str, str]] | None = None,
+        apiserver_args: tuple[str, ...] = (),
     ) -> None:
+        """``bind_address``: where the apiserver listens and what it advertises (a real node's
+        pods reach it there: tests/localcluster.py binds it on the pod bridge's gateway).
+        ``identities``: more static-token users, ``{token: (user, "group1,group2")}`` (the
+        kubelet, kube-proxy, CoreDNS of a real node). ``apiserver_args``: appended flags."""
+        self.bind_address = bind_address
+        self.identities = dict(identities or {})
+        self.apiserver_args = apiserver_args
         self.bin_dir = Path(bin_dir)
         self.work_dir = Path(work_dir)
         self.node_name = node_name
@@ -252,7 +262,7 @@ class ControlPlane:
         self.cert_dir.mkdir(parents=True, exist_ok=True)
         names = ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")
         self._ports = dict(zip(names, _free_ports(len(names)), strict=True))
-        self.server = f"https://127.0.0.1:{self._ports['apiserver']}"
+        self.server = f"https://{self.bind_address}:{self._ports['apiserver']}"
 
         self._start_etcd()
         self._wait_http("etcd", f"http://127.0.0.1:{self._ports['etcd']}/health", b'"true"')
@@ -310,6 +320,20 @@ class ControlPlane:
         self._procs.clear()
         self._logs.clear()
         atexit.unregister(self.stop)
+
+    def stop_component(self, component: str) -> None:
+        """Stop one running component (SIGTERM, SIGKILL after stop_timeout)."""
+        proc = self._procs.get(component)
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=self.stop_timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
 
     def install_crds(self, crds_dir: Path = REPO_ROOT / "crds") -> None:
         """Apply the CRDs of ``crds_dir``, wait until each is Established and the sreforge.dev
@@ -426,7 +450,10 @@ class ControlPlane:
 
     def _start_apiserver(self) -> None:
         tokens = self.work_dir / "tokens.csv"
-        tokens.write_text(f'{self.token},sreforge-admin,sreforge-admin,"system:masters"\n')
+        lines = [f'{self.token},sreforge-admin,sreforge-admin,"system:masters"']
+        for tok, (user, groups) in self.identities.items():
+            lines.append(f'{tok},{user},{user},"{groups}"')
+        tokens.write_text("\n".join(lines) + "\n")
         tokens.chmod(0o600)
         sa_key, sa_pub = self.work_dir / "sa.key", self.work_dir / "sa.pub"
         _write_service_account_keys(sa_key, sa_pub)
@@ -435,8 +462,8 @@ class ControlPlane:
             [
                 str(self.bin_dir / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{self._ports['etcd']}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={self.bind_address}",
+                f"--advertise-address={self.bind_address}",
                 f"--secure-port={self._ports['apiserver']}",
                 f"--cert-dir={self.cert_dir}",
                 f"--token-auth-file={tokens}",
@@ -445,11 +472,12 @@ class ControlPlane:
                 f"--service-account-signing-key-file={sa_key}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-                # the "kubernetes" Service would get 127.0.0.1 endpoints, which are invalid
-                "--endpoint-reconciler-type=none",
+                # on 127.0.0.1 the "kubernetes" Service would get invalid endpoints
+                *(["--endpoint-reconciler-type=none"] if self.bind_address == "127.0.0.1" else []),
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
+                *self.apiserver_args,
             ],
         )
 
