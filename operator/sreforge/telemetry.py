@@ -1,8 +1,17 @@
-"""All Prometheus I/O: the firing set, the target series, the delivered load, range data."""
+"""All Prometheus I/O: the firing set, the target series, the delivered load, range data.
+
+A scope (label matchers) confines every read to one Incident when Prometheus is shared: the
+operator sets ``namespace`` and ``incident``, which the scrape config copies from each pod
+(its namespace, its ``sreforge.dev/incident`` label) and every scenario rule keeps when it
+aggregates (``by (namespace, incident, ...)``), so each alert says whose it is. A local run
+has a Prometheus of its own: no scope, and its targets carry neither label.
+"""
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,15 +27,71 @@ WINDOW = "10s"
 
 _ERRORS = (PrometheusApiClientException, requests.RequestException, ValueError, KeyError)
 
+# label -> value, or -> the values any of which matches
+Scope = Mapping[str, str | Sequence[str]]
+_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a plain selector: an optional metric name, optional {matchers} (no range, no function)
+_REGEX_META = re.compile(r"[\\.+*?()|\[\]{}^$]")  # escaped for RE2: a value matches as such
+_SELECTOR = re.compile(r"\s*([A-Za-z_:][A-Za-z0-9_:]*)?\s*(?:\{(.*)\})?\s*", re.DOTALL)
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def label_matchers(scope: Scope | None) -> str:
+    """PromQL matchers of a scope: `a="x"` for one value, `a=~"x|y"` for several."""
+    out = []
+    for label, value in sorted((scope or {}).items()):
+        if not _LABEL.fullmatch(label):
+            raise ValueError(f"not a label name: {label!r}")
+        values = sorted({value} if isinstance(value, str) else set(value))
+        if not values:
+            raise ValueError(f"scope label {label} has no value")
+        if len(values) == 1:
+            out.append(f"{label}={_quoted(values[0])}")
+        else:
+            either = "|".join(_REGEX_META.sub(r"\\\g<0>", v) for v in values)
+            out.append(f"{label}=~{_quoted(either)}")
+    return ",".join(out)
+
+
+def scoped(selector: str, matchers: str) -> str:
+    """`selector` with `matchers` added; a ValueError when it is not a plain selector."""
+    if not matchers:
+        return selector
+    m = _SELECTOR.fullmatch(selector)
+    if m is None or not (m[1] or m[2] is not None):
+        raise ValueError(f"not a plain series selector, cannot scope it: {selector!r}")
+    inner = (m[2] or "").strip().rstrip(",")
+    return f"{m[1] or ''}{{{inner + ',' if inner else ''}{matchers}}}"
+
 
 class Telemetry:
-    """Reads one Prometheus; every failure to read becomes `None`, never a clear."""
+    """Reads one Prometheus; every failure to read becomes `None`, never a clear.
 
-    def __init__(self, url: str, *, target_series: str, service_job: str, timeout: float = 2.0):
+    With a `scope`, the alerts, the target series, the service's `up` and the load are
+    read only where every label of the scope matches (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        target_series: str,
+        service_job: str,
+        scope: Scope | None = None,
+        timeout: float = 2.0,
+    ):
         self.url = url
-        self.target_series = target_series
+        self.scope = label_matchers(scope)
+        self.target_series = scoped(target_series, self.scope)
         self.service_job = service_job
         self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout)
+
+    def _select(self, metric: str, *matchers: str) -> str:
+        both = [m for m in (*matchers, self.scope) if m]
+        return f"{metric}{{{','.join(both)}}}" if both else metric
 
     def _scalar(self, query: str) -> float | None:
         result = self._prom.custom_query(query)
@@ -37,7 +102,7 @@ class Telemetry:
     def alerts(self) -> tuple[frozenset[str], frozenset[str]] | None:
         """(firing, pending) alert names, or None when Prometheus cannot be asked."""
         try:
-            result = self._prom.custom_query("ALERTS")
+            result = self._prom.custom_query(self._select("ALERTS"))
         except _ERRORS:
             return None
         firing = {r["metric"]["alertname"] for r in result if r["metric"]["alertstate"] == "firing"}
@@ -49,18 +114,17 @@ class Telemetry:
     def load(self) -> LoadStats | None:
         """The load generator's delivered load over the last window, from its own metrics."""
         j = f'job="{LOAD_JOB}"'
+        scheduled_s = self._select("sreforge_load_scheduled_iterations_total", j)
+        dropped_s = self._select("sreforge_load_dropped_iterations_total", j)
         try:
-            target = self._scalar(f"max(sreforge_load_target_rate{{{j}}})")
-            scheduled = self._scalar(
-                f"sum(rate(sreforge_load_scheduled_iterations_total{{{j}}}[{WINDOW}]))"
+            target = self._scalar(f"max({self._select('sreforge_load_target_rate', j)})")
+            scheduled = self._scalar(f"sum(rate({scheduled_s}[{WINDOW}]))")
+            dropped = self._scalar(f"sum(rate({dropped_s}[{WINDOW}]))")
+            done = self._scalar(
+                f"sum(rate({self._select('sreforge_load_requests_total', j)}[{WINDOW}]))"
             )
-            dropped = self._scalar(
-                f"sum(rate(sreforge_load_dropped_iterations_total{{{j}}}[{WINDOW}]))"
-            )
-            done = self._scalar(f"sum(rate(sreforge_load_requests_total{{{j}}}[{WINDOW}]))")
-            ok = self._scalar(
-                f'sum(rate(sreforge_load_requests_total{{{j},outcome="success"}}[{WINDOW}]))'
-            )
+            ok_s = self._select("sreforge_load_requests_total", j, 'outcome="success"')
+            ok = self._scalar(f"sum(rate({ok_s}[{WINDOW}]))")
         except _ERRORS:
             return None
         if target is None or scheduled is None or dropped is None:
@@ -81,7 +145,7 @@ class Telemetry:
         firing, pending = alerts
         try:
             series = self._scalar(f"count({self.target_series})")
-            up = self._scalar(f'max(up{{job="{self.service_job}"}})')
+            up = self._scalar(f"max({self._select('up', f'job={_quoted(self.service_job)}')})")
         except _ERRORS:
             return AlertSample(t=t, firing=None)
         return AlertSample(

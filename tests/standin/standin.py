@@ -4,7 +4,8 @@ There is no container runtime on the test machine. The stand-in registers its ow
 (``standin-0``, no kwok annotation), keeps it Ready (Node status heartbeats and a Lease
 in kube-node-lease), runs the containers of every pod the real scheduler binds to it as
 local processes (tests/standin/pods.py), proxies Services (tests/standin/proxy.py) and
-points a real Prometheus at the pods that ask to be scraped (file_sd). Everything else
+points a real Prometheus at the pods that ask to be scraped (file_sd, labelled as the
+chart's Prometheus labels pods: job, namespace, pod, incident). Everything else
 is the real control plane of tests/kubeenv.py.
 
     with ControlPlane(bin_dir, tmp / "kube", kwok=False) as cp, StandIn(
@@ -25,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+from sreforge.runtime.kube.config import INCIDENT_LABEL
 from sreforge.runtime.prometheus import PrometheusServer
 
 from .api import Api, ApiError, WatchExpired
@@ -481,16 +483,16 @@ class StandIn:
             local = r.local_port(ann.get("prometheus.io/port", ""))
             if local is None:
                 continue
-            yield {
-                "targets": [f"127.0.0.1:{local}"],
-                "labels": {
-                    # as the chart's Prometheus relabels pods: no `app` label, the job name
-                    "job": r.labels.get("app", SCRAPE_JOB),
-                    "namespace": r.namespace,
-                    "pod": r.pod_name,
-                    "__metrics_path__": ann.get("prometheus.io/path", "/metrics"),
-                },
+            labels = {
+                # as the chart's Prometheus relabels pods: no `app` label, the job name
+                "job": r.labels.get("app", SCRAPE_JOB),
+                "namespace": r.namespace,
+                "pod": r.pod_name,
+                "__metrics_path__": ann.get("prometheus.io/path", "/metrics"),
             }
+            if incident := r.labels.get(INCIDENT_LABEL):
+                labels["incident"] = incident  # whose pod: the rules keep it on each alert
+            yield {"targets": [f"127.0.0.1:{local}"], "labels": labels}
 
 
 def wait_until(what: str, probe: Any, timeout: float = 120.0, interval: float = 0.25) -> Any:

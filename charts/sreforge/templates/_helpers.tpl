@@ -35,7 +35,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 The bundled Prometheus' configuration. Scrape and evaluation every second, as the
 local harness runs it (the scenarios' rule windows assume it). Rule files are relative
 to the configuration file. Pods opt in with the prometheus.io/* annotations and are
-labelled like the local harness' targets: job = the pod's `app` label, namespace, pod.
+labelled like the local harness' targets: job = the pod's `app` label, plus namespace,
+pod and incident (the pod's sreforge.dev/incident label, absent when it has none). The
+rules keep namespace and incident on every alert, and the operator reads only those of
+its Incident: Incidents sharing this Prometheus never see each other's alerts or load.
 */}}
 {{- define "sreforge.prometheusConfig" -}}
 global:
@@ -78,4 +81,9 @@ scrape_configs:
         target_label: namespace
       - source_labels: [__meta_kubernetes_pod_name]
         target_label: pod
+      # the Incident whose pod it is (its load, its target): whose alerts these are
+      - source_labels: [__meta_kubernetes_pod_label_sreforge_dev_incident]
+        action: replace
+        regex: (.+)
+        target_label: incident
 {{- end -}}

@@ -656,11 +656,17 @@ def test_bundled_prometheus_refuses_a_scenario_it_has_no_rules_for(
 SD_NS = "sreforge-prom-sd"
 
 
-def _pod(name: str, app: str, annotations: dict[str, str]) -> dict[str, Any]:
+def _pod(
+    name: str, app: str, annotations: dict[str, str], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": app}, "annotations": annotations},
+        "metadata": {
+            "name": name,
+            "labels": {"app": app, **(labels or {})},
+            "annotations": annotations,
+        },
         "spec": {"containers": [{"name": "c", "image": "example.invalid/none:1"}]},
     }
 
@@ -679,7 +685,9 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
     hack/k8s-tools.sh. In a cluster it finds pods through its ServiceAccount; here
     the only change to the rendered config is a kubeconfig for the test API server.
     The rules select ``job="loadgen"``: targets must be labelled as the local harness
-    and the pod stand-in label theirs (job = the pod's ``app``, namespace, pod).
+    and the pod stand-in label theirs (job = the pod's ``app``, namespace, pod), plus
+    ``incident`` from the pod's sreforge.dev/incident label, which the rules keep on
+    every alert and the operator reads its Incident's by.
     """
     prometheus, promtool = crds.bin_dir / "prometheus", crds.bin_dir / "promtool"
     if not (os.access(prometheus, os.X_OK) and os.access(promtool, os.X_OK)):
@@ -711,6 +719,7 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
             "loadgen-0",
             "loadgen",
             {**scraped, "prometheus.io/port": "9102", "prometheus.io/path": "/stats"},
+            {"sreforge.dev/incident": "inc-1"},
         ),
         "catalog-0": _pod("catalog-0", "catalog", {**scraped, "prometheus.io/port": "8080"}),
         "quiet-0": _pod("quiet-0", "quiet", {}),
@@ -791,6 +800,8 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
             assert target["labels"]["job"] == app, target
             assert target["labels"]["namespace"] == SD_NS, target
             assert target["scrapeUrl"] == f"http://{pod_ips[name]}:{port_}{path}", target
+        assert targets["loadgen-0"]["labels"]["incident"] == "inc-1"
+        assert "incident" not in targets["catalog-0"]["labels"]  # a pod of no Incident
         dropped = _get_json(f"{url}/api/v1/targets?state=dropped")["droppedTargets"]
         dropped_pods = {t["discoveredLabels"].get("__meta_kubernetes_pod_name") for t in dropped}
         assert {"quiet-0", "opted-out-0"} <= dropped_pods, dropped_pods

@@ -66,6 +66,36 @@ def test_overlay_is_undone_exactly_by_the_baseline() -> None:
         )
 
 
+def test_the_targets_pods_carry_the_incident_while_it_runs_and_lose_it_after() -> None:
+    """Injection, overlay and the restore between Submissions label the target's pods
+    with the Incident (its scrape targets get `incident`); the baseline without an
+    Incident (restore on delete) takes the label off and leaves the others alone."""
+    dep = deployment()
+    labels = {"app": "catalog"}
+    inc = {**labels, config.INCIDENT_LABEL: "inc"}
+    injected = render.overlay_template(dep, "catalog", CFG, None, None, None, [], incident="inc")
+    assert injected["spec"]["template"]["metadata"]["labels"] == inc
+    over = render.overlay_template(injected, "catalog", CFG, "cm", None, "sub", [], incident="inc")
+    assert over["spec"]["template"]["metadata"]["labels"] == inc
+    back = render.overlay_template(over, "catalog", CFG, None, None, None, [], incident="inc")
+    assert back == injected
+    gone = render.overlay_template(over, "catalog", CFG, None, None, None, [])
+    assert gone["spec"]["template"]["metadata"]["labels"] == labels
+    assert dep["spec"]["template"]["metadata"]["labels"] == labels  # the input is not changed
+    # the load's pods carry the same label
+    (job,) = render.render_load(INCIDENT, SCENARIO.load, "http://catalog:8080", "builtin", CFG)
+    assert job["spec"]["template"]["metadata"]["labels"][config.INCIDENT_LABEL] == "inc"
+
+
+def test_telemetry_scope_is_the_incident_in_its_and_its_targets_namespace() -> None:
+    assert render.telemetry_scope("inc", "ns", "ns") == {"namespace": ["ns"], "incident": "inc"}
+    # the load runs in the Incident's namespace, the target in its own
+    assert render.telemetry_scope("inc", "ns", "apps") == {
+        "namespace": ["apps", "ns"],
+        "incident": "inc",
+    }
+
+
 def test_ci_job_runs_pristine_tests_with_the_patch_and_a_locked_down_pod() -> None:
     job = render.render_ci_job(INCIDENT, "sub-1", SCENARIO, CFG, "inc-patch-sub-1")
     assert job["metadata"]["ownerReferences"][0]["uid"] == "u-1"

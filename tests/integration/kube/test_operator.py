@@ -268,6 +268,12 @@ def container_image(env: dict[str, Any], name: str) -> str:
     return str(dep.spec.template.spec.containers[0].image)
 
 
+def pod_incident(env: dict[str, Any], name: str) -> str | None:
+    """The Incident a Deployment's pods are labelled with (their series are its)."""
+    dep = env["apps"].read_namespaced_deployment(name, NS)
+    return (dep.spec.template.metadata.labels or {}).get("sreforge.dev/incident")
+
+
 # ---------------------------------------------------------------- tests
 def test_incident_is_injected_with_owned_secure_load_job(env: dict[str, Any]) -> None:
     make_target(env, "catalog-a")
@@ -283,6 +289,7 @@ def test_incident_is_injected_with_owned_secure_load_job(env: dict[str, Any]) ->
     assert "brief" not in st  # the alert has not fired: nothing is handed off
     assert cond(inc, "AlertFiring")["status"] == "False"  # type: ignore[index]
     assert container_image(env, "catalog-a") == REGRESSED
+    assert pod_incident(env, "catalog-a") == "inc-a"
 
     job = env["batch"].read_namespaced_job("inc-a-load", NS)
     owner = job.metadata.owner_references[0]
@@ -291,6 +298,7 @@ def test_incident_is_injected_with_owned_secure_load_job(env: dict[str, Any]) ->
     tmpl = job.spec.template
     assert tmpl.metadata.labels["app"] == "loadgen"
     assert tmpl.metadata.labels["sreforge.dev/role"] == "load"
+    assert tmpl.metadata.labels["sreforge.dev/incident"] == "inc-a"
     assert tmpl.metadata.annotations["prometheus.io/scrape"] == "true"
     pod_sc = tmpl.spec.security_context
     assert pod_sc.run_as_non_root is True
@@ -516,6 +524,7 @@ def test_deleting_the_incident_collects_its_children(env: dict[str, Any]) -> Non
     )
     # the target gets back the image it had before the injection
     wait_for("catalog-d to be healthy again", lambda: container_image(env, "catalog-d") == HEALTHY)
+    assert pod_incident(env, "catalog-d") is None  # its series are no Incident's any more
 
 
 def test_sreforge_submit_creates_a_queued_submission(env: dict[str, Any], tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from sreforge.runtime.kube.render import (
     render_ci_job,
     render_load,
     target_container,
+    telemetry_scope,
 )
 from sreforge.runtime.kube.status import (
     Persisted,
@@ -84,6 +85,7 @@ class IncidentRun:
                 url,
                 target_series=self.scenario.target_series,
                 service_job=self.scenario.service.name,
+                scope=telemetry_scope(self.name, self.ns, self.target_ns),
             )
             if url
             else None
@@ -233,7 +235,9 @@ class IncidentRun:
         url = self.kube.service_url(self.target_ns, self.target)  # fail before changing anything
 
         def swap(d: dict[str, Any]) -> dict[str, Any]:
-            return overlay_template(d, svc, self.cfg, None, self.p.baseline_workdir, None, [])
+            return overlay_template(
+                d, svc, self.cfg, None, self.p.baseline_workdir, None, [], incident=self.name
+            )
 
         self.kube.mutate_deployment(self.target_ns, self.target, swap)
         failpoint.reached("applied:inject")
@@ -334,7 +338,14 @@ class IncidentRun:
 
         def overlay(d: dict[str, Any]) -> dict[str, Any]:
             return overlay_template(
-                d, svc, self.cfg, cm, self.p.baseline_workdir, sub, list(self.scenario.protected)
+                d,
+                svc,
+                self.cfg,
+                cm,
+                self.p.baseline_workdir,
+                sub,
+                list(self.scenario.protected),
+                incident=self.name,
             )
 
         try:
@@ -394,7 +405,9 @@ class IncidentRun:
             return  # nothing was changed
 
         def base(d: dict[str, Any]) -> dict[str, Any]:
-            return overlay_template(d, svc, self.cfg, None, self.p.baseline_workdir, None, [])
+            return overlay_template(
+                d, svc, self.cfg, None, self.p.baseline_workdir, None, [], incident=self.name
+            )
 
         dep = self.kube.get_deployment(self.target_ns, self.target)
         if base(dep)["spec"] != dep["spec"]:
@@ -447,7 +460,8 @@ class IncidentRun:
 
 def restore_on_delete(kube: Kube, run: IncidentRun) -> None:
     """An Incident deleted: its target Deployment gets back the image it had before the
-    injection, without overlay (the Jobs and ConfigMaps go with the real garbage collector)."""
+    injection, without overlay and without the Incident's label (the Jobs and ConfigMaps go
+    with the real garbage collector)."""
     original = run.p.baseline_image
     if original is None:
         return

@@ -97,6 +97,19 @@ def patch_configmap(  # noqa: PLR0917 (what the ConfigMap holds, then whose it i
     return cm
 
 
+def telemetry_scope(
+    incident: str, namespace: str, target_namespace: str
+) -> dict[str, str | list[str]]:
+    """The label matchers that confine an Incident's Prometheus reads to its own series.
+
+    The scrape config gives each target its pod's namespace and INCIDENT_LABEL (`namespace`,
+    `incident`), the rules keep both on every alert. The load's pods run in the Incident's
+    namespace, the target's in the target namespace: both namespaces, with the Incident's
+    name (an Incident of the same name in the target namespace would share this scope).
+    """
+    return {"namespace": sorted({namespace, target_namespace}), "incident": incident}
+
+
 def load_job_name(incident: str) -> str:
     """The load's Job (either runner's)."""
     return child_name(incident, "load")
@@ -275,13 +288,23 @@ def overlay_template(  # noqa: PLR0917 (one call shape: the driver's)
     baseline_workdir: str | None,
     submission: str | None,
     protected: list[str],
+    *,
+    incident: str | None = None,
 ) -> dict[str, Any]:
     """The Deployment with the regressed image and, when `patch_cm` is set, the patch overlay:
     init containers copy the image's source into an emptyDir and apply the patch there, the
-    main container runs from it. With `patch_cm=None` it is the baseline (no overlay)."""
+    main container runs from it. With `patch_cm=None` it is the baseline (no overlay).
+
+    Its pods carry `incident` as their INCIDENT_LABEL, so their series are that Incident's
+    (telemetry_scope); `incident=None` takes the label off (the user's Deployment again)."""
     d = copy.deepcopy(dep)
     tmpl = d["spec"]["template"]
     spec = tmpl["spec"]
+    labels = tmpl.setdefault("metadata", {}).setdefault("labels", {})
+    if incident is None:
+        labels.pop(INCIDENT_LABEL, None)
+    else:
+        labels[INCIDENT_LABEL] = incident
     regressed = cfg.image(service, "regressed")
     main = target_container(d, service)["name"]
     spec["initContainers"] = [
