@@ -141,7 +141,12 @@ class HostState:
                 res = _run(save, check=False)
                 if res.returncode == 0:
                     rules[save] = res.stdout
-        state = {"sysctls": sysctls, "iptables": rules, "nft_tables": _nft_tables()}
+        state = {
+            "sysctls": sysctls,
+            "iptables": rules,
+            "nft_tables": _nft_tables(),
+            "run_containerd": CONTAINERD_SOCK.parent.exists(),
+        }
         self.path.write_text(json.dumps(state, indent=1))
 
     def restore(self) -> list[str]:
@@ -172,6 +177,9 @@ class HostState:
             res = subprocess.run([restore], input=text, capture_output=True, text=True, check=False)
             if res.returncode != 0:
                 problems.append(f"{restore}: {res.stderr.strip()}")
+        if not saved.get("run_containerd", True):
+            # containerd's socket directory and its shims' state, made by this cluster
+            shutil.rmtree(CONTAINERD_SOCK.parent, ignore_errors=True)
         for key, value in saved["sysctls"].items():
             try:
                 path = _sysctl_path(key)
