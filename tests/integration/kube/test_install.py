@@ -687,7 +687,8 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
     The rules select ``job="loadgen"``: targets must be labelled as the local harness
     and the pod stand-in label theirs (job = the pod's ``app``, namespace, pod), plus
     ``incident`` from the pod's sreforge.dev/incident label, which the rules keep on
-    every alert and the operator reads its Incident's by.
+    every alert and the operator reads its Incident's by, and ``scenario`` from its
+    sreforge.dev/scenario label, which each scenario's rules select on.
     """
     prometheus, promtool = crds.bin_dir / "prometheus", crds.bin_dir / "promtool"
     if not (os.access(prometheus, os.X_OK) and os.access(promtool, os.X_OK)):
@@ -719,7 +720,7 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
             "loadgen-0",
             "loadgen",
             {**scraped, "prometheus.io/port": "9102", "prometheus.io/path": "/stats"},
-            {"sreforge.dev/incident": "inc-1"},
+            {"sreforge.dev/incident": "inc-1", "sreforge.dev/scenario": "latency-cache-stampede"},
         ),
         "catalog-0": _pod("catalog-0", "catalog", {**scraped, "prometheus.io/port": "8080"}),
         "quiet-0": _pod("quiet-0", "quiet", {}),
@@ -801,7 +802,9 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
             assert target["labels"]["namespace"] == SD_NS, target
             assert target["scrapeUrl"] == f"http://{pod_ips[name]}:{port_}{path}", target
         assert targets["loadgen-0"]["labels"]["incident"] == "inc-1"
+        assert targets["loadgen-0"]["labels"]["scenario"] == "latency-cache-stampede"
         assert "incident" not in targets["catalog-0"]["labels"]  # a pod of no Incident
+        assert "scenario" not in targets["catalog-0"]["labels"]
         dropped = _get_json(f"{url}/api/v1/targets?state=dropped")["droppedTargets"]
         dropped_pods = {t["discoveredLabels"].get("__meta_kubernetes_pod_name") for t in dropped}
         assert {"quiet-0", "opted-out-0"} <= dropped_pods, dropped_pods
