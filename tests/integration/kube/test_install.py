@@ -394,6 +394,8 @@ def test_helm_template_is_accepted_by_the_server(crds: ControlPlane, helm: Any) 
             "Role",
             "RoleBinding",
             "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
     deployment = next(d for d in docs if d["kind"] == "Deployment")
