@@ -34,8 +34,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/*
 The bundled Prometheus' configuration. Scrape and evaluation every second, as the
 local harness runs it (the scenarios' rule windows assume it). Rule files are relative
-to the configuration file. Pods opt in with the prometheus.io/* annotations and are
-labelled like the local harness' targets: job = the pod's `app` label, plus namespace,
+to the configuration file: rules/scenarios/<scenario>.yml for each scenario listed,
+rules/rules.yml for prometheus.rules. Pods opt in with the prometheus.io/* annotations
+and are labelled like the local harness' targets: job = the pod's `app` label, plus namespace,
 pod, incident and scenario (the pod's sreforge.dev/incident and sreforge.dev/scenario
 labels, absent when it has none). The rules keep namespace and incident on every alert,
 and the operator reads only those of its Incident: Incidents sharing this Prometheus
@@ -49,7 +50,9 @@ global:
   scrape_timeout: 900ms
   evaluation_interval: 1s
 rule_files:
+  # prometheus.rules (verbatim) and each scenario's, one file each
   - rules/*.yml
+  - rules/scenarios/*.yml
 scrape_configs:
   - job_name: kubernetes-pods
     kubernetes_sd_configs:
