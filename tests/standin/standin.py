@@ -5,7 +5,7 @@ There is no container runtime on the test machine. The stand-in registers its ow
 in kube-node-lease), runs the containers of every pod the real scheduler binds to it as
 local processes (tests/standin/pods.py), proxies Services (tests/standin/proxy.py) and
 points a real Prometheus at the pods that ask to be scraped (file_sd, labelled as the
-chart's Prometheus labels pods: job, namespace, pod, incident). Everything else
+chart's Prometheus labels pods: job, namespace, pod, incident, scenario). Everything else
 is the real control plane of tests/kubeenv.py.
 
     with ControlPlane(bin_dir, tmp / "kube", kwok=False) as cp, StandIn(
@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from sreforge.runtime.kube.config import INCIDENT_LABEL
+from sreforge.runtime.kube.config import INCIDENT_LABEL, SCENARIO_LABEL
 from sreforge.runtime.prometheus import PrometheusServer
 
 from .api import Api, ApiError, WatchExpired
@@ -492,6 +492,8 @@ class StandIn:
             }
             if incident := r.labels.get(INCIDENT_LABEL):
                 labels["incident"] = incident  # whose pod: the rules keep it on each alert
+            if scenario := r.labels.get(SCENARIO_LABEL):
+                labels["scenario"] = scenario  # whose rules read it
             yield {"targets": [f"127.0.0.1:{local}"], "labels": labels}
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = REPO / "charts" / "sreforge" / "files" / "rules"
 
@@ -21,3 +23,11 @@ def test_every_scenario_has_its_rules_bundled_in_the_chart() -> None:
         assert bundled[name].read_bytes() == source.read_bytes(), (
             f"{bundled[name]} differs from {source}; copy it: cp {source} {bundled[name]}"
         )
+
+
+def test_the_bundled_prometheus_loads_every_bundled_scenario_by_default() -> None:
+    """Incidents of any bundled scenario share the chart's Prometheus unless told otherwise:
+    the default prometheus.scenarios lists every file in files/rules/."""
+    values = yaml.safe_load((REPO / "charts" / "sreforge" / "values.yaml").read_text())
+    assert values["prometheus"]["scenarios"] == sorted(p.stem for p in BUNDLED.glob("*.yml"))
+    assert "scenario" not in values["prometheus"]  # replaced by the list; the chart refuses it

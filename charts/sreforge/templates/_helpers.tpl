@@ -34,11 +34,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/*
 The bundled Prometheus' configuration. Scrape and evaluation every second, as the
 local harness runs it (the scenarios' rule windows assume it). Rule files are relative
-to the configuration file. Pods opt in with the prometheus.io/* annotations and are
-labelled like the local harness' targets: job = the pod's `app` label, plus namespace,
-pod and incident (the pod's sreforge.dev/incident label, absent when it has none). The
-rules keep namespace and incident on every alert, and the operator reads only those of
-its Incident: Incidents sharing this Prometheus never see each other's alerts or load.
+to the configuration file: rules/scenarios/<scenario>.yml for each scenario listed,
+rules/rules.yml for prometheus.rules. Pods opt in with the prometheus.io/* annotations
+and are labelled like the local harness' targets: job = the pod's `app` label, plus namespace,
+pod, incident and scenario (the pod's sreforge.dev/incident and sreforge.dev/scenario
+labels, absent when it has none). The rules keep namespace and incident on every alert,
+and the operator reads only those of its Incident: Incidents sharing this Prometheus
+never see each other's alerts or load. Each scenario's rules select only series of their
+scenario (or of none: scenario=~"<name>|"), so Incidents of different scenarios share it
+too.
 */}}
 {{- define "sreforge.prometheusConfig" -}}
 global:
@@ -46,7 +50,9 @@ global:
   scrape_timeout: 900ms
   evaluation_interval: 1s
 rule_files:
+  # prometheus.rules (verbatim) and each scenario's, one file each
   - rules/*.yml
+  - rules/scenarios/*.yml
 scrape_configs:
   - job_name: kubernetes-pods
     kubernetes_sd_configs:
@@ -86,4 +92,9 @@ scrape_configs:
         action: replace
         regex: (.+)
         target_label: incident
+      # and its scenario: each scenario's rules read only their own scenario's series
+      - source_labels: [__meta_kubernetes_pod_label_sreforge_dev_scenario]
+        action: replace
+        regex: (.+)
+        target_label: scenario
 {{- end -}}

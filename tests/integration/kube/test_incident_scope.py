@@ -2,15 +2,17 @@
 
 The control plane is real (tests/kubeenv.py, no kwok); the node is the kubelet + kube-proxy
 stand-in of tests/standin (pods run as local processes), whose Prometheus (Debian's) labels
-its targets as the chart's Prometheus labels pods (job, namespace, pod, and incident from
-the pod's sreforge.dev/incident label) and loads latency-cache-stampede's rules. No
+its targets as the chart's Prometheus labels pods (job, namespace, pod, and incident and
+scenario from the pod's sreforge.dev/incident and sreforge.dev/scenario labels) and loads
+the rules of both Incidents' scenarios. No
 operator process runs: each Incident is injected by the operator's own code
 (`IncidentRun.inject`: the regressed image and the Incident's label on the target's pod
 template, then the built-in generator's load Job), and read through the operator's own
 `IncidentRun.telemetry`.
 
-The two Incidents run two scenarios, copies of latency-cache-stampede whose load asks a
-path its target serves (A) or one it does not (B): B's error alert fires, A's does not.
+The two Incidents run two scenarios, copies of latency-cache-stampede (its rules read
+only the copy's own scenario) whose load asks a path its target serves (A) or one it does
+not (B): B's error alert fires, A's does not.
 A's Telemetry sees neither B's alert nor B's load; an unscoped one (what every Incident
 read before) sees both. Takes ~40 s.
 """
@@ -24,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.config import kube_config
 from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
 from tests.standin import Image, StandIn, operator_image
 from tests.standin import wait_until as wait_for
 
 from sreforge.api.resources import GROUP, INCIDENT_PLURAL, VERSION
 from sreforge.runtime.kube.client import Kube
-from sreforge.runtime.kube.config import INCIDENT_LABEL, OperatorConfig
+from sreforge.runtime.kube.config import INCIDENT_LABEL, SCENARIO_LABEL, OperatorConfig
 from sreforge.runtime.kube.incident import IncidentRun, restore_on_delete
 from sreforge.telemetry import Telemetry
 
@@ -49,7 +52,8 @@ INCIDENTS = {
 
 
 def scenario_copy(root: Path, name: str, path: str, rate: int) -> None:
-    """latency-cache-stampede under another name, with a load of `rate` asking `path`."""
+    """latency-cache-stampede under another name, with a load of `rate` asking `path` (and
+    rules that read the copy's series, not latency-cache-stampede's)."""
     dest = root / name
     shutil.copytree(STAMPEDE, dest)
     toml = dest / "scenario.toml"
@@ -64,6 +68,10 @@ def scenario_copy(root: Path, name: str, path: str, rate: int) -> None:
         assert old in text, old
         text = text.replace(old, new, 1)
     toml.write_text(text)
+    rules = dest / "rules.yml"
+    own = 'scenario=~"latency-cache-stampede|"'
+    assert own in rules.read_text()
+    rules.write_text(rules.read_text().replace(own, f'scenario=~"{name}|"'))
 
 
 def web_image(root: Path) -> Image:
@@ -138,12 +146,16 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     images = {HEALTHY: web, REGRESSED: web, OPERATOR: operator_image(REPO_ROOT)}
     with (
         ControlPlane(bin_dir, work / "kube", kwok=False) as cp,
-        StandIn(cp, work / "node", images, rule_files=[STAMPEDE / "rules.yml"]) as node,
+        StandIn(
+            cp, work / "node", images, rule_files=sorted(scenarios.glob("*/rules.yml"))
+        ) as node,
         pytest.MonkeyPatch.context() as mp,
     ):
         cp.install_crds()
         cp.kubectl("create", "namespace", NS)
         mp.setenv("KUBECONFIG", str(cp.kubeconfig))
+        # the client read $KUBECONFIG once, at import: an earlier module's would win
+        mp.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cp.kubeconfig))
         kube = Kube()
         cfg = OperatorConfig(scenarios_dir=scenarios, operator_image=OPERATOR)
         yield {"cp": cp, "node": node, "kube": kube, "cfg": cfg}
@@ -213,7 +225,9 @@ def test_an_incident_reads_only_its_own_alerts_and_load(env: dict[str, Any]) -> 
     restore_on_delete(kube, runs["inc-a"])
     tmpl = kube.get_deployment(NS, "web-a")["spec"]["template"]
     assert INCIDENT_LABEL not in tmpl["metadata"]["labels"]
+    assert SCENARIO_LABEL not in tmpl["metadata"]["labels"]
     assert tmpl["spec"]["containers"][0]["image"] == HEALTHY
     injected = kube.get_deployment(NS, "web-b")["spec"]["template"]
     assert injected["metadata"]["labels"][INCIDENT_LABEL] == "inc-b"
+    assert injected["metadata"]["labels"][SCENARIO_LABEL] == "scope-unserved"
     assert injected["spec"]["containers"][0]["image"] == REGRESSED

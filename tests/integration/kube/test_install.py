@@ -12,11 +12,13 @@ import os
 import subprocess
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin, wait_for
+from tests.scenario_rules import write_relabelled_test
 
 from sreforge.api.resources import (
     API_VERSION,
@@ -394,6 +396,8 @@ def test_helm_template_is_accepted_by_the_server(crds: ControlPlane, helm: Any) 
             "Role",
             "RoleBinding",
             "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
     deployment = next(d for d in docs if d["kind"] == "Deployment")
@@ -577,23 +581,40 @@ def test_bundled_prometheus_is_accepted_by_the_server(crds: ControlPlane, helm: 
     assert "service/prometheus serverside-applied (server dry run)" in out, out
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_bundled_prometheus_loads_the_scenarios_own_rules(helm: Any, scenario: str) -> None:
-    docs = _prometheus_docs(helm, "--set", f"prometheus.scenario={scenario}")
-    config_map = _one(docs, "ConfigMap")
-    rules_file = REPO_ROOT / "scenarios" / scenario / "rules.yml"
-    assert config_map["data"]["rules.yml"] == rules_file.read_text()
-    config = yaml.safe_load(config_map["data"]["prometheus.yml"])
-    assert config["rule_files"] == ["rules/*.yml"]  # relative to the mounted config file
+def _rule_files(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """The rule files the Prometheus pod mounts, by path under the config's directory."""
+    data = _one(docs, "ConfigMap")["data"]
     volume = next(
         v
         for v in _one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
         if v["name"] == "config"
     )
-    assert {"key": "rules.yml", "path": "rules/rules.yml"} in volume["configMap"]["items"]
+    items = {i["key"]: i["path"] for i in volume["configMap"]["items"]}
+    assert set(items) == set(data), "every key of the ConfigMap is mounted, nothing else"
+    return {path: data[key] for key, path in items.items() if key != "prometheus.yml"}
+
+
+def test_bundled_prometheus_loads_every_bundled_scenarios_rules_by_default(helm: Any) -> None:
+    """Incidents of different scenarios share one Prometheus: by default it has every
+    bundled scenario's rules, each in its own file, byte for byte the scenario's own."""
+    docs = _prometheus_docs(helm)
+    config = yaml.safe_load(_one(docs, "ConfigMap")["data"]["prometheus.yml"])
+    # relative to the mounted config file: the verbatim file, then one per scenario
+    assert config["rule_files"] == ["rules/*.yml", "rules/scenarios/*.yml"]
+    assert _rule_files(docs) == {
+        f"rules/scenarios/{s}.yml": (REPO_ROOT / "scenarios" / s / "rules.yml").read_text()
+        for s in SCENARIOS
+    }
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_bundled_prometheus_loads_the_scenarios_listed(helm: Any, scenario: str) -> None:
+    docs = _prometheus_docs(helm, "--set", f"prometheus.scenarios={{{scenario}}}")
+    rules_file = REPO_ROOT / "scenarios" / scenario / "rules.yml"
+    assert _rule_files(docs) == {f"rules/scenarios/{scenario}.yml": rules_file.read_text()}
     # a changed rule set rolls the pod
     other = next(s for s in SCENARIOS if s != scenario)
-    again = _prometheus_docs(helm, "--set", f"prometheus.scenario={other}")
+    again = _prometheus_docs(helm, "--set", f"prometheus.scenarios={{{scenario},{other}}}")
     annotations = [
         d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
         for d in (_one(docs, "Deployment"), _one(again, "Deployment"))
@@ -601,21 +622,38 @@ def test_bundled_prometheus_loads_the_scenarios_own_rules(helm: Any, scenario: s
     assert annotations[0] != annotations[1]
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_scenario_rules_hold_in_the_prometheus_the_chart_ships(scenario: str) -> None:
-    """The rule unit tests of tests/unit/test_scenario.py run with Debian's promtool (2.x,
-    as local runs use); a cluster runs the chart's image, so they must hold there too."""
+def _chart_promtool() -> Path:
+    """The promtool of the Prometheus version the chart ships (hack/k8s-tools.sh)."""
     bin_dir = find_tools_bin()
     if bin_dir is None or not os.access(bin_dir / "promtool", os.X_OK):
         pytest.skip(f"promtool is not built; build it with: {BUILD_COMMAND}")
+    promtool = bin_dir / "promtool"
     version = subprocess.run(
-        [str(bin_dir / "promtool"), "--version"], capture_output=True, text=True, check=True
+        [str(promtool), "--version"], capture_output=True, text=True, check=True
     ).stdout
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert f"version {values['prometheus']['image']['tag'].lstrip('v')} " in version, version
+    return promtool
+
+
+@pytest.mark.parametrize("labelled", [None, "itself", "another"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario_rules_hold_in_the_prometheus_the_chart_ships(
+    scenario: str, labelled: str | None, tmp_path: Path
+) -> None:
+    """The rule unit tests of tests/unit/test_scenario.py and test_rules_scope.py run with
+    Debian's promtool (2.x, as local runs use); a cluster runs the chart's image, so they
+    must hold there too: rules_test.yml as written, and with every input series labelled
+    with the scenario itself (the same alerts) or another (none)."""
+    promtool = _chart_promtool()
+    cwd, test_file = REPO_ROOT / "scenarios" / scenario, "rules_test.yml"
+    if labelled is not None:
+        other = SCENARIOS[(SCENARIOS.index(scenario) + 1) % len(SCENARIOS)]
+        label = scenario if labelled == "itself" else other
+        cwd, test_file = tmp_path, write_relabelled_test(scenario, [label], tmp_path).name
     res = subprocess.run(
-        [str(bin_dir / "promtool"), "test", "rules", "rules_test.yml"],
-        cwd=REPO_ROOT / "scenarios" / scenario,
+        [str(promtool), "test", "rules", test_file],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
@@ -624,33 +662,75 @@ def test_scenario_rules_hold_in_the_prometheus_the_chart_ships(scenario: str) ->
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def test_bundled_prometheus_refuses_a_scenario_it_has_no_rules_for(
-    helm: Any, tmp_path: Any
-) -> None:
-    res = helm(
-        "template",
-        "x",
-        str(CHART),
-        "--set",
-        "prometheus.enabled=true",
-        "--set",
-        "prometheus.scenario=no-such-scenario",
+def _refusal(helm: Any, *args: str) -> str:
+    res = helm("template", "x", str(CHART), "--set", "prometheus.enabled=true", *args)
+    assert res.returncode != 0, res.stdout
+    stderr: str = res.stderr
+    return stderr
+
+
+def _write_prometheus_dir(
+    directory: Path, config: dict[str, Any], rule_files: dict[str, str]
+) -> Path:
+    """The Prometheus pod's /etc/prometheus: its config file and the mounted rule files."""
+    for path, text in rule_files.items():
+        (directory / path).parent.mkdir(parents=True, exist_ok=True)
+        (directory / path).write_text(text)
+    config_file = directory / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(config))
+    return config_file
+
+
+def test_bundled_prometheus_config_and_rules_pass_promtool(helm: Any, tmp_path: Path) -> None:
+    """The rendered configuration with every bundled scenario's rules and a verbatim file,
+    checked by the chart's promtool: the config, and every rule file it loads."""
+    promtool = _chart_promtool()
+    custom = tmp_path / "custom.yml"
+    custom.write_text(
+        "groups:\n  - name: catalog\n    rules:\n"
+        '      - alert: Custom\n        expr: up{scenario=~"custom|"} == 0\n'
     )
-    assert res.returncode != 0
-    assert 'prometheus.scenario "no-such-scenario" has no bundled rules' in res.stderr, res.stderr
-    assert "latency-cache-stampede" in res.stderr  # it lists what it has
-    assert "--set-file prometheus.rules=PATH" in res.stderr
-    # ... and rules given verbatim serve a scenario the chart does not bundle
+    docs = _prometheus_docs(helm, "--set-file", f"prometheus.rules={custom}")
+    config = yaml.safe_load(_one(docs, "ConfigMap")["data"]["prometheus.yml"])
+    rule_files = _rule_files(docs)
+    assert len(rule_files) == len(SCENARIOS) + 1
+    etc = tmp_path / "etc"
+    config_file = _write_prometheus_dir(etc, config, rule_files)
+    checks = {
+        "config": [str(promtool), "check", "config", str(config_file)],
+        "rules": [str(promtool), "check", "rules", *sorted(str(etc / p) for p in rule_files)],
+    }
+    for what, argv in checks.items():
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert res.returncode == 0, f"check {what}: {res.stdout}{res.stderr}"
+        for path in rule_files:  # each file checked (check config finds them by glob)
+            assert str(etc / path) in res.stdout + res.stderr, f"check {what}: {path}"
+
+
+def test_bundled_prometheus_refuses_rules_it_does_not_have(helm: Any, tmp_path: Path) -> None:
+    unknown = _refusal(helm, "--set", "prometheus.scenarios={latency-cache-stampede,nope}")
+    assert 'prometheus.scenarios: "nope" has no bundled rules' in unknown, unknown
+    assert "latency-cache-stampede" in unknown  # it lists what it has
+    assert "--set-file prometheus.rules=PATH" in unknown
+    # none at all: no alert of any Incident could fire
+    none = _refusal(helm, "--set", "prometheus.scenarios=null")
+    assert "the bundled Prometheus has no rules" in none, none
+    # the former single scenario is refused, with what to write instead
+    former = _refusal(helm, "--set", "prometheus.scenario=latency-cache-stampede")
+    assert "prometheus.scenario was replaced by prometheus.scenarios" in former, former
+    assert "--set 'prometheus.scenarios={latency-cache-stampede}'" in former
+    # rules given verbatim serve a scenario the chart does not bundle: beside the bundled
+    # ones, or alone
     custom = tmp_path / "rules.yml"
     custom.write_text("groups: []\n")
-    docs = _prometheus_docs(
-        helm,
-        "--set",
-        "prometheus.scenario=no-such-scenario",
-        "--set-file",
-        f"prometheus.rules={custom}",
+    beside = _prometheus_docs(helm, "--set-file", f"prometheus.rules={custom}")
+    files = _rule_files(beside)
+    assert files.pop("rules/rules.yml") == "groups: []\n"
+    assert sorted(files) == [f"rules/scenarios/{s}.yml" for s in SCENARIOS]
+    alone = _prometheus_docs(
+        helm, "--set", "prometheus.scenarios=null", "--set-file", f"prometheus.rules={custom}"
     )
-    assert _one(docs, "ConfigMap")["data"]["rules.yml"] == "groups: []\n"
+    assert _rule_files(alone) == {"rules/rules.yml": "groups: []\n"}
 
 
 SD_NS = "sreforge-prom-sd"
@@ -687,22 +767,19 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
     The rules select ``job="loadgen"``: targets must be labelled as the local harness
     and the pod stand-in label theirs (job = the pod's ``app``, namespace, pod), plus
     ``incident`` from the pod's sreforge.dev/incident label, which the rules keep on
-    every alert and the operator reads its Incident's by.
+    every alert and the operator reads its Incident's by, and ``scenario`` from its
+    sreforge.dev/scenario label, which each scenario's rules select on.
     """
     prometheus, promtool = crds.bin_dir / "prometheus", crds.bin_dir / "promtool"
     if not (os.access(prometheus, os.X_OK) and os.access(promtool, os.X_OK)):
         pytest.skip(f"prometheus is not built; build it with: {BUILD_COMMAND}")
     docs = _prometheus_docs(helm, "--set", f"prometheus.namespaces={{{SD_NS}}}")
-    data = _one(docs, "ConfigMap")["data"]
-    config = yaml.safe_load(data["prometheus.yml"])
+    config = yaml.safe_load(_one(docs, "ConfigMap")["data"]["prometheus.yml"])
     (job,) = config["scrape_configs"]
     (sd,) = job["kubernetes_sd_configs"]
     assert sd["namespaces"] == {"names": [SD_NS]}
     sd["kubeconfig_file"] = str(crds.kubeconfig)
-    (tmp_path / "rules").mkdir()
-    (tmp_path / "rules" / "rules.yml").write_text(data["rules.yml"])
-    config_file = tmp_path / "prometheus.yml"
-    config_file.write_text(yaml.safe_dump(config))
+    config_file = _write_prometheus_dir(tmp_path, config, _rule_files(docs))
     check = subprocess.run(
         [str(promtool), "check", "config", str(config_file)],
         capture_output=True,
@@ -719,7 +796,7 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
             "loadgen-0",
             "loadgen",
             {**scraped, "prometheus.io/port": "9102", "prometheus.io/path": "/stats"},
-            {"sreforge.dev/incident": "inc-1"},
+            {"sreforge.dev/incident": "inc-1", "sreforge.dev/scenario": "latency-cache-stampede"},
         ),
         "catalog-0": _pod("catalog-0", "catalog", {**scraped, "prometheus.io/port": "8080"}),
         "quiet-0": _pod("quiet-0", "quiet", {}),
@@ -801,7 +878,9 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
             assert target["labels"]["namespace"] == SD_NS, target
             assert target["scrapeUrl"] == f"http://{pod_ips[name]}:{port_}{path}", target
         assert targets["loadgen-0"]["labels"]["incident"] == "inc-1"
+        assert targets["loadgen-0"]["labels"]["scenario"] == "latency-cache-stampede"
         assert "incident" not in targets["catalog-0"]["labels"]  # a pod of no Incident
+        assert "scenario" not in targets["catalog-0"]["labels"]
         dropped = _get_json(f"{url}/api/v1/targets?state=dropped")["droppedTargets"]
         dropped_pods = {t["discoveredLabels"].get("__meta_kubernetes_pod_name") for t in dropped}
         assert {"quiet-0", "opted-out-0"} <= dropped_pods, dropped_pods
@@ -811,12 +890,25 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
         }
         assert namespaces == {SD_NS}, namespaces
 
+        # every bundled scenario's groups, each with its rules: a group name that repeats
+        # across scenarios (e.g. `catalog`) is another group, in another file
         groups = _get_json(f"{url}/api/v1/rules")["groups"]
-        loaded = sorted(r["name"] for g in groups for r in g["rules"])
-        rules = yaml.safe_load(
-            (REPO_ROOT / "scenarios" / "latency-cache-stampede" / "rules.yml").read_text()
-        )
-        assert loaded == sorted(r["alert"] for g in rules["groups"] for r in g["rules"])
+        loaded = [
+            (Path(g["file"]).relative_to(tmp_path).as_posix(), g["name"], r["name"])
+            for g in groups
+            for r in g["rules"]
+        ]
+        expected = []
+        for s in SCENARIOS:
+            rules = yaml.safe_load((REPO_ROOT / "scenarios" / s / "rules.yml").read_text())
+            expected += [
+                (f"rules/scenarios/{s}.yml", g["name"], r["alert"])
+                for g in rules["groups"]
+                for r in g["rules"]
+            ]
+        assert sorted(loaded) == sorted(expected)
+        assert len({(g["file"], g["name"]) for g in groups}) == len(groups)
+        assert len({g["name"] for g in groups}) < len(groups)  # names do repeat
     finally:
         server.stop()
 

@@ -68,23 +68,34 @@ def test_overlay_is_undone_exactly_by_the_baseline() -> None:
 
 def test_the_targets_pods_carry_the_incident_while_it_runs_and_lose_it_after() -> None:
     """Injection, overlay and the restore between Submissions label the target's pods
-    with the Incident (its scrape targets get `incident`); the baseline without an
-    Incident (restore on delete) takes the label off and leaves the others alone."""
+    with the Incident and its scenario (its scrape targets get `incident` and `scenario`);
+    the baseline without an Incident (restore on delete) takes both labels off and leaves
+    the others alone."""
     dep = deployment()
     labels = {"app": "catalog"}
-    inc = {**labels, config.INCIDENT_LABEL: "inc"}
-    injected = render.overlay_template(dep, "catalog", CFG, None, None, None, [], incident="inc")
+    run = {"incident": "inc", "scenario": SCENARIO.name}
+    inc = {**labels, config.INCIDENT_LABEL: "inc", config.SCENARIO_LABEL: SCENARIO.name}
+    injected = render.overlay_template(dep, "catalog", CFG, None, None, None, [], **run)
     assert injected["spec"]["template"]["metadata"]["labels"] == inc
-    over = render.overlay_template(injected, "catalog", CFG, "cm", None, "sub", [], incident="inc")
+    over = render.overlay_template(injected, "catalog", CFG, "cm", None, "sub", [], **run)
     assert over["spec"]["template"]["metadata"]["labels"] == inc
-    back = render.overlay_template(over, "catalog", CFG, None, None, None, [], incident="inc")
+    back = render.overlay_template(over, "catalog", CFG, None, None, None, [], **run)
     assert back == injected
     gone = render.overlay_template(over, "catalog", CFG, None, None, None, [])
     assert gone["spec"]["template"]["metadata"]["labels"] == labels
     assert dep["spec"]["template"]["metadata"]["labels"] == labels  # the input is not changed
-    # the load's pods carry the same label
+    # the load's pods and the CI's carry the same labels
     (job,) = render.render_load(INCIDENT, SCENARIO.load, "http://catalog:8080", "builtin", CFG)
-    assert job["spec"]["template"]["metadata"]["labels"][config.INCIDENT_LABEL] == "inc"
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels[config.INCIDENT_LABEL] == "inc"
+    assert pod_labels[config.SCENARIO_LABEL] == SCENARIO.name
+    k6_objs = render.render_load(INCIDENT, SCENARIO.load, "http://catalog:8080", "k6", CFG)
+    k6_labels = k6_objs[-1]["spec"]["template"]["metadata"]["labels"]
+    assert k6_labels[config.SCENARIO_LABEL] == SCENARIO.name
+    ci = render.render_ci_job(INCIDENT, "sub-1", SCENARIO, CFG, "inc-patch-sub-1")
+    ci_labels = ci["spec"]["template"]["metadata"]["labels"]
+    assert ci_labels[config.INCIDENT_LABEL] == "inc"
+    assert ci_labels[config.SCENARIO_LABEL] == SCENARIO.name
 
 
 def test_telemetry_scope_is_the_incident_in_its_and_its_targets_namespace() -> None:

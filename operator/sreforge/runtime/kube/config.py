@@ -27,6 +27,8 @@ REPO_SCENARIOS = Path(__file__).resolve().parents[4] / "scenarios"
 IMAGE_SCENARIOS = Path("/opt/sreforge/scenarios")  # the root Dockerfile copies them there
 MANAGED = {"app.kubernetes.io/managed-by": "sreforge"}
 INCIDENT_LABEL = "sreforge.dev/incident"
+# the Incident's scenario on its pods: on a shared Prometheus a scenario's rules read only its own
+SCENARIO_LABEL = "sreforge.dev/scenario"
 ROLE_LABEL = "sreforge.dev/role"
 OVERLAY_ANNOTATION = "sreforge.dev/overlay"
 CI_MARGIN_SECONDS = 120

@@ -79,6 +79,8 @@ class IncidentRun:
         self.verify = effective_verify(self.scenario, self.spec)
         self.target_ns = self.spec.target_namespace or self.ns
         self.target = self.spec.target_deployment or self.scenario.service.name
+        # what the target's pods carry while the Incident runs (render.overlay_template)
+        self._labels = {"incident": self.name, "scenario": self.spec.scenario}
         url = self.spec.prometheus_url or cfg.prometheus_url
         self.telemetry = (
             Telemetry(
@@ -236,7 +238,7 @@ class IncidentRun:
 
         def swap(d: dict[str, Any]) -> dict[str, Any]:
             return overlay_template(
-                d, svc, self.cfg, None, self.p.baseline_workdir, None, [], incident=self.name
+                d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
             )
 
         self.kube.mutate_deployment(self.target_ns, self.target, swap)
@@ -345,7 +347,7 @@ class IncidentRun:
                 self.p.baseline_workdir,
                 sub,
                 list(self.scenario.protected),
-                incident=self.name,
+                **self._labels,
             )
 
         try:
@@ -406,7 +408,7 @@ class IncidentRun:
 
         def base(d: dict[str, Any]) -> dict[str, Any]:
             return overlay_template(
-                d, svc, self.cfg, None, self.p.baseline_workdir, None, [], incident=self.name
+                d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
             )
 
         dep = self.kube.get_deployment(self.target_ns, self.target)

@@ -23,6 +23,7 @@ from sreforge.runtime.kube.config import (
     PATCH_KEY,
     PATCH_VOLUME,
     ROLE_LABEL,
+    SCENARIO_LABEL,
     SRC_VOLUME,
     TERMINATION_LOG,
     OperatorConfig,
@@ -124,8 +125,9 @@ def render_load(
 ) -> list[dict[str, Any]]:
     """The load's objects: [Job] for the built-in generator, [ConfigMap, Job] for k6.
 
-    The pods carry `app: loadgen` and Prometheus scrape annotations; the built-in generator
-    listens on $PORT when the node sets it (contract.md item 3), else on 9100.
+    The pods carry `app: loadgen`, the Incident and its scenario (SCENARIO_LABEL) and
+    Prometheus scrape annotations; the built-in generator listens on $PORT when the node
+    sets it (contract.md item 3), else on 9100.
     """
     name = incident["metadata"]["name"]
     ns = incident["metadata"]["namespace"]
@@ -155,6 +157,7 @@ def render_load(
     _adopt(job, incident, "load")
     tmpl_labels = job["spec"]["template"]["metadata"].setdefault("labels", {})
     tmpl_labels.update(labels_for(name, "load"))
+    tmpl_labels[SCENARIO_LABEL] = incident["spec"]["scenario"]
     tmpl_labels["app"] = "loadgen"
     objs.append(job)
     return objs
@@ -255,6 +258,7 @@ def render_ci_job(
         ],
     }
     job_labels = labels_for(name, "ci")
+    pod_labels = {**job_labels, SCENARIO_LABEL: incident["spec"]["scenario"]}
     job: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -266,7 +270,7 @@ def render_ci_job(
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": svc.test_timeout_seconds + CI_MARGIN_SECONDS,
-            "template": {"metadata": {"labels": job_labels}, "spec": pod},
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
         },
     }
     return _adopt(job, incident, "ci")
@@ -290,21 +294,24 @@ def overlay_template(  # noqa: PLR0917 (one call shape: the driver's)
     protected: list[str],
     *,
     incident: str | None = None,
+    scenario: str | None = None,
 ) -> dict[str, Any]:
     """The Deployment with the regressed image and, when `patch_cm` is set, the patch overlay:
     init containers copy the image's source into an emptyDir and apply the patch there, the
     main container runs from it. With `patch_cm=None` it is the baseline (no overlay).
 
     Its pods carry `incident` as their INCIDENT_LABEL, so their series are that Incident's
-    (telemetry_scope); `incident=None` takes the label off (the user's Deployment again)."""
+    (telemetry_scope), and `scenario` as their SCENARIO_LABEL, so only that scenario's rules
+    read them; `incident=None` takes both off (the user's Deployment again)."""
     d = copy.deepcopy(dep)
     tmpl = d["spec"]["template"]
     spec = tmpl["spec"]
     labels = tmpl.setdefault("metadata", {}).setdefault("labels", {})
-    if incident is None:
-        labels.pop(INCIDENT_LABEL, None)
-    else:
-        labels[INCIDENT_LABEL] = incident
+    for key, value in ((INCIDENT_LABEL, incident), (SCENARIO_LABEL, scenario)):
+        if incident is None or value is None:
+            labels.pop(key, None)
+        else:
+            labels[key] = value
     regressed = cfg.image(service, "regressed")
     main = target_container(d, service)["name"]
     spec["initContainers"] = [
