@@ -4,11 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-# chromium: the report's PNG/PDF rendering tests; node: the k6 script checks
+# chromium: the report's PNG/PDF rendering tests; node: the k6 script checks;
+# dockerd, containerd/ctr, debootstrap, umoci, gcc + libc6-dev (static pause): hack/images.sh
 for bin in prometheus:prometheus promtool:prometheus redis-server:redis-server git:git \
-  shellcheck:shellcheck chromium:chromium node:nodejs; do
+  shellcheck:shellcheck chromium:chromium node:nodejs dockerd:docker.io containerd:containerd \
+  ctr:containerd debootstrap:debootstrap umoci:umoci gcc:gcc; do
   command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin##*:}")
 done
+dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
