@@ -42,7 +42,7 @@ pytestmark = pytest.mark.kube
 NS = "scope-it"
 STAMPEDE = REPO_ROOT / "scenarios" / "latency-cache-stampede"
 OPERATOR = "sreforge/operator:dev"
-HEALTHY, REGRESSED = "sreforge/catalog:healthy", "sreforge/catalog:regressed"
+HEALTHY = "sreforge/catalog:healthy"
 ERROR_ALERT = "CatalogErrorRateHigh"
 # A's load asks /item/1, which the target serves; B's asks /missing/1: a 404 each time
 INCIDENTS = {
@@ -143,7 +143,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     for spec in INCIDENTS.values():
         scenario_copy(scenarios, str(spec["scenario"]), str(spec["path"]), int(spec["rate"]))
     web = web_image(work / "web")
-    images = {HEALTHY: web, REGRESSED: web, OPERATOR: operator_image(REPO_ROOT)}
+    # each scenario's regressed build has its own tag
+    regressed = {f"sreforge/catalog:{spec['scenario']}": web for spec in INCIDENTS.values()}
+    images = {HEALTHY: web, **regressed, OPERATOR: operator_image(REPO_ROOT)}
     with (
         ControlPlane(bin_dir, work / "kube", kwok=False) as cp,
         StandIn(
@@ -230,4 +232,4 @@ def test_an_incident_reads_only_its_own_alerts_and_load(env: dict[str, Any]) -> 
     injected = kube.get_deployment(NS, "web-b")["spec"]["template"]
     assert injected["metadata"]["labels"][INCIDENT_LABEL] == "inc-b"
     assert injected["metadata"]["labels"][SCENARIO_LABEL] == "scope-unserved"
-    assert injected["spec"]["containers"][0]["image"] == REGRESSED
+    assert injected["spec"]["containers"][0]["image"] == "sreforge/catalog:scope-unserved"

@@ -48,20 +48,23 @@ def deployment(working_dir: str | None = None) -> dict[str, Any]:
 def test_overlay_is_undone_exactly_by_the_baseline() -> None:
     for workdir in (None, "/app"):
         dep = deployment(workdir)
-        base = render.overlay_template(dep, "catalog", CFG, None, workdir, None, [])
-        over = render.overlay_template(base, "catalog", CFG, "cm", workdir, "sub", ["tests"])
+        run = {"incident": "inc", "scenario": "latency-cache-stampede"}
+        base = render.overlay_template(dep, "catalog", CFG, None, workdir, None, [], **run)
+        over = render.overlay_template(base, "catalog", CFG, "cm", workdir, "sub", ["tests"], **run)
         spec = over["spec"]["template"]["spec"]
         assert [c["name"] for c in spec["initContainers"]] == ["sreforge-source", "sreforge-patch"]
         main = spec["containers"][0]
-        assert main["image"] == "sreforge/catalog:regressed"
+        assert main["image"] == "sreforge/catalog:latency-cache-stampede"
         assert main["workingDir"] == config.OVERLAY_SRC
         assert spec["containers"][1] == {"name": "sidecar", "image": "side:1"}  # untouched
         patch_cmd = spec["initContainers"][1]["command"]
         assert patch_cmd[-2:] == ["--protected", "tests"]
-        again = render.overlay_template(over, "catalog", CFG, None, workdir, None, [])
+        again = render.overlay_template(over, "catalog", CFG, None, workdir, None, [], **run)
         assert again == base
         assert (
-            render.overlay_template(copy.deepcopy(base), "catalog", CFG, None, workdir, None, [])
+            render.overlay_template(
+                copy.deepcopy(base), "catalog", CFG, None, workdir, None, [], **run
+            )
             == base
         )
 

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.kube
 NS = "sreforge-op"
 SCENARIO = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
 HEALTHY = "sreforge/catalog:healthy"
-REGRESSED = "sreforge/catalog:regressed"
+REGRESSED = "sreforge/catalog:latency-cache-stampede"  # each scenario its own tag
 FIX = fixes(SCENARIO)[0]
 
 

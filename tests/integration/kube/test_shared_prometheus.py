@@ -49,7 +49,7 @@ pytestmark = pytest.mark.kube
 
 NS = "scope-it"  # test_incident_scope's target() makes its Deployments there
 OPERATOR = "sreforge/operator:dev"
-HEALTHY, REGRESSED = "sreforge/catalog:healthy", "sreforge/catalog:regressed"
+HEALTHY = "sreforge/catalog:healthy"
 BROKEN, FINE = "latency-cache-stampede", "errors-connection-pool-leak"
 ALERT = "CatalogErrorRateHigh"
 INCIDENTS = {
@@ -70,7 +70,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     for spec in INCIDENTS.values():
         scenario_copy(scenarios, str(spec["scenario"]), str(spec["path"]), int(spec["rate"]))
     web = web_image(work / "web")
-    images = {HEALTHY: web, REGRESSED: web, OPERATOR: operator_image(REPO_ROOT)}
+    # each scenario's regressed build has its own tag
+    regressed = {f"sreforge/catalog:{spec['scenario']}": web for spec in INCIDENTS.values()}
+    images = {HEALTHY: web, **regressed, OPERATOR: operator_image(REPO_ROOT)}
     shipped = [REPO_ROOT / "scenarios" / s / "rules.yml" for s in BUNDLED]
     with (
         ControlPlane(bin_dir, work / "kube", kwok=False) as cp,

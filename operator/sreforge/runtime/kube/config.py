@@ -4,8 +4,9 @@ Configuration (environment of the operator):
 
     SREFORGE_SCENARIOS_DIR     scenarios directory (default: the checkout's scenarios/, in
                                the image /opt/sreforge/scenarios)
-    SREFORGE_IMAGE_PREFIX      service images are <prefix><service>:healthy|regressed
-                               (default "sreforge/")
+    SREFORGE_IMAGE_PREFIX      service images are <prefix><service>:healthy and, the regressed
+                               build of each scenario, <prefix><service>:<scenario> (default
+                               "sreforge/"; hack/images.sh builds them)
     SREFORGE_OPERATOR_IMAGE    image of the built-in load generator and the patch init
                                container (default "sreforge/operator:dev")
     SREFORGE_SOURCE_DIR        where a service image holds its source tree (default "/app")

@@ -199,7 +199,8 @@ class IncidentRun:
                     True,
                     "RegressedBuildRolledOut",
                     f"{self.target_ns}/{self.target} runs "
-                    f"{self.cfg.image(self.scenario.service.name, 'regressed')}; load started",
+                    f"{self.cfg.image(self.scenario.service.name, self.scenario.name)}; "
+                    "load started",
                 )
             )
             conds.append(

@@ -211,7 +211,7 @@ def render_ci_job(
     is the exit code; the test output's tail is the termination message."""
     name = incident["metadata"]["name"]
     svc = scenario.service
-    regressed = cfg.image(svc.name, "regressed")
+    regressed = cfg.image(svc.name, scenario.name)
     tests = " && ".join(shlex.join(step) for step in ci.gate_steps(svc.test_command))
     script = (
         f'{{ {tests}; }} >"$CI_LOG" 2>&1; rc=$?; '
@@ -312,7 +312,11 @@ def overlay_template(  # noqa: PLR0917 (one call shape: the driver's)
             labels.pop(key, None)
         else:
             labels[key] = value
-    regressed = cfg.image(service, "regressed")
+    # the scenario's own regressed build (one tag per scenario); none when the Deployment
+    # goes back to the user (restore on delete puts the original image back itself)
+    regressed = cfg.image(service, scenario) if scenario else None
+    if regressed is None and patch_cm is not None:
+        raise ValueError("a patch overlay needs the scenario (its regressed image)")
     main = target_container(d, service)["name"]
     spec["initContainers"] = [
         c for c in spec.get("initContainers") or [] if not c["name"].startswith("sreforge-")
@@ -325,7 +329,8 @@ def overlay_template(  # noqa: PLR0917 (one call shape: the driver's)
     for c in spec["containers"]:
         if c["name"] != main:
             continue
-        c["image"] = regressed
+        if regressed is not None:
+            c["image"] = regressed
         c["volumeMounts"] = [m for m in c.get("volumeMounts") or [] if m["name"] != SRC_VOLUME]
         if baseline_workdir is None:
             c.pop("workingDir", None)
@@ -340,6 +345,7 @@ def overlay_template(  # noqa: PLR0917 (one call shape: the driver's)
         if not spec["volumes"]:
             spec.pop("volumes")
         return d
+    assert regressed is not None  # checked above
     annotations[OVERLAY_ANNOTATION] = submission or patch_cm
     src_mount = {"name": SRC_VOLUME, "mountPath": "/sreforge/src"}
     spec["volumes"] += [
