@@ -10,11 +10,15 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
-from sreforge.api.observation import AlertSample, LoadStats
+from sreforge.api.observation import AlertSample, LoadStats, ProbeStats
 
 LOAD_JOB = "loadgen"
+PROBE_JOB = "prober"
 # Rate window of the load figures; matches the alert rules' windows.
 WINDOW = "10s"
+# The prober's window: at its low rate, 10 s holds too few answers to judge a share.
+PROBE_WINDOW = "15s"
+PAGE = "page"
 
 _ERRORS = (PrometheusApiClientException, requests.RequestException, ValueError, KeyError)
 
@@ -22,8 +26,19 @@ _ERRORS = (PrometheusApiClientException, requests.RequestException, ValueError, 
 class Telemetry:
     """Reads one Prometheus; every failure to read becomes `None`, never a clear."""
 
-    def __init__(self, url: str, *, target_series: str, service_job: str, timeout: float = 2.0):
+    def __init__(
+        self,
+        url: str,
+        *,
+        target_series: str,
+        service_job: str,
+        timeout: float = 2.0,
+        probed: bool = True,
+    ):
+        """`probed`: the run has an independent prober (job="prober") whose view every
+        sample carries; its series missing is then a harness fault, never a clear."""
         self.url = url
+        self.probed = probed
         self.target_series = target_series
         self.service_job = service_job
         self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout)
@@ -34,8 +49,7 @@ class Telemetry:
             return None
         return float(result[0]["value"][1])
 
-    def alerts(self) -> tuple[frozenset[str], frozenset[str]] | None:
-        """(firing, pending) alert names, or None when Prometheus cannot be asked."""
+    def _alerts(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]] | None:
         try:
             result = self._prom.custom_query("ALERTS")
         except _ERRORS:
@@ -44,7 +58,31 @@ class Telemetry:
         pending = {
             r["metric"]["alertname"] for r in result if r["metric"]["alertstate"] == "pending"
         }
-        return frozenset(firing), frozenset(pending - firing)
+        pages = {
+            r["metric"]["alertname"]
+            for r in result
+            if r["metric"]["alertstate"] == "firing" and r["metric"].get("severity") == PAGE
+        }
+        return frozenset(firing), frozenset(pending - firing), frozenset(pages)
+
+    def alerts(self) -> tuple[frozenset[str], frozenset[str]] | None:
+        """(firing, pending) alert names, or None when Prometheus cannot be asked."""
+        found = self._alerts()
+        return None if found is None else found[:2]
+
+    def probe(self) -> ProbeStats | None:
+        """The prober's share of good answers over PROBE_WINDOW; None if unreadable."""
+        j = f'job="{PROBE_JOB}"'
+        try:
+            done = self._scalar(f"sum(rate(sreforge_probe_requests_total{{{j}}}[{PROBE_WINDOW}]))")
+            ok = self._scalar(
+                f'sum(rate(sreforge_probe_requests_total{{{j},outcome="success"}}[{PROBE_WINDOW}]))'
+            )
+        except _ERRORS:
+            return None
+        if not done or ok is None:
+            return ProbeStats(success_ratio=None)
+        return ProbeStats(success_ratio=min(1.0, ok / done))
 
     def load(self) -> LoadStats | None:
         """The load generator's delivered load over the last window, from its own metrics."""
@@ -75,10 +113,10 @@ class Telemetry:
 
     def sample(self, now: float | None = None) -> AlertSample:
         t = time.time() if now is None else now
-        alerts = self.alerts()
+        alerts = self._alerts()
         if alerts is None:
             return AlertSample(t=t, firing=None)
-        firing, pending = alerts
+        firing, pending, pages = alerts
         try:
             series = self._scalar(f"count({self.target_series})")
             up = self._scalar(f'max(up{{job="{self.service_job}"}})')
@@ -88,9 +126,11 @@ class Telemetry:
             t=t,
             firing=firing,
             pending=pending,
+            pages=pages,
             target_series_present=bool(series),
             service_up=up == 1.0,
             load=self.load(),
+            probe=(self.probe() or ProbeStats(success_ratio=None)) if self.probed else None,
         )
 
     def ready(self) -> bool:
