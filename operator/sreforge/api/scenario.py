@@ -191,7 +191,9 @@ class LoadProfile(_Model):
         _ordered(self.id_range)
         if not self.routes:
             return self
-        both = [f for f in _SINGLE_ROUTE_FIELDS if f in self.model_fields_set]
+        # by value, not by what was set: a profile's JSON (model_dump) states every field
+        fields = type(self).model_fields
+        both = [f for f in _SINGLE_ROUTE_FIELDS if getattr(self, f) != fields[f].default]
         if both:
             raise ValueError(
                 f"routes: give {', '.join(both)} per route in [[load.routes]], or no routes "
