@@ -120,3 +120,28 @@ def test_request_paths_and_bodies_fill_in_the_id() -> None:
 def test_a_profile_round_trips_through_its_json() -> None:
     load = load_scenario(MIXED).load
     assert LoadProfile.model_validate_json(load.model_dump_json()) == load
+
+
+def test_the_prober_is_rendered_beside_the_load_with_one_id_layout() -> None:
+    from sreforge.runtime.kube.config import OperatorConfig
+    from sreforge.runtime.kube.render import render_load
+
+    incident = {"metadata": {"name": "inc", "namespace": "ns", "uid": "u-1"}}
+    load = load_scenario(MIXED).load
+    for runner in ("generator", "k6"):
+        objs = render_load(incident, load, "http://catalog:8080", runner, OperatorConfig())
+        jobs = [o for o in objs if o["kind"] == "Job"]
+        assert [j["metadata"]["name"] for j in jobs] == ["inc-load", "inc-probe"]
+        apps = [j["spec"]["template"]["metadata"]["labels"]["app"] for j in jobs]
+        assert apps == ["loadgen", "prober"]
+        probe_cmd = jobs[1]["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+        assert "--series probe" in probe_cmd
+        seed = probe_cmd.split("--ids-seed ")[1].split()[0]
+        if runner == "generator":
+            assert f"--ids-seed {seed}" in jobs[0]["spec"]["template"]["spec"]["containers"][0][
+                "command"
+            ][-1]
+        else:  # the k6 script draws its ids over the same layout
+            [cm] = [o for o in objs if o["kind"] == "ConfigMap"]
+            assert f"randomSeed({seed});" in next(iter(cm["data"].values()))
+        assert all(j["metadata"]["ownerReferences"][0]["uid"] == "u-1" for j in jobs)
