@@ -14,6 +14,8 @@ from sreforge.api import ScenarioError
 from sreforge.api.scenario import LoadProfile, Route
 from sreforge.load.generator import request_body, request_path
 from sreforge.load.popularity import Popularity
+from sreforge.runtime.kube.config import OperatorConfig
+from sreforge.runtime.kube.render import render_load
 from sreforge.scenarios import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,9 +125,6 @@ def test_a_profile_round_trips_through_its_json() -> None:
 
 
 def test_the_prober_is_rendered_beside_the_load_with_one_id_layout() -> None:
-    from sreforge.runtime.kube.config import OperatorConfig
-    from sreforge.runtime.kube.render import render_load
-
     incident = {"metadata": {"name": "inc", "namespace": "ns", "uid": "u-1"}}
     load = load_scenario(MIXED).load
     for runner in ("generator", "k6"):
