@@ -137,9 +137,10 @@ def test_the_prober_is_rendered_beside_the_load_with_one_id_layout() -> None:
         assert "--series probe" in probe_cmd
         seed = probe_cmd.split("--ids-seed ")[1].split()[0]
         if runner == "generator":
-            assert f"--ids-seed {seed}" in jobs[0]["spec"]["template"]["spec"]["containers"][0][
-                "command"
-            ][-1]
+            assert (
+                f"--ids-seed {seed}"
+                in jobs[0]["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+            )
         else:  # the k6 script draws its ids over the same layout
             [cm] = [o for o in objs if o["kind"] == "ConfigMap"]
             assert f"randomSeed({seed});" in next(iter(cm["data"].values()))
