@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.config import kube_config
 from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
 from tests.standin import Image, StandIn, operator_image
 from tests.standin import wait_until as wait_for
@@ -154,8 +153,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         cp.install_crds()
         cp.kubectl("create", "namespace", NS)
         mp.setenv("KUBECONFIG", str(cp.kubeconfig))
-        # the client read $KUBECONFIG once, at import: an earlier module's would win
-        mp.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cp.kubeconfig))
         kube = Kube()
         cfg = OperatorConfig(scenarios_dir=scenarios, operator_image=OPERATOR)
         yield {"cp": cp, "node": node, "kube": kube, "cfg": cfg}

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.config import kube_config
 from tests.integration.kube.test_incident_scope import scenario_copy, target, web_image
 from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
 from tests.scenario_rules import BUNDLED
@@ -84,8 +83,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         cp.kubectl("create", "namespace", NS)
         cp.install_crds()
         mp.setenv("KUBECONFIG", str(cp.kubeconfig))
-        # the client read $KUBECONFIG once, at import: an earlier module's would win
-        mp.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cp.kubeconfig))
         kube = Kube()
         cfg = OperatorConfig(scenarios_dir=scenarios, operator_image=OPERATOR)
         yield {"node": node, "kube": kube, "cfg": cfg}
