@@ -1,4 +1,5 @@
-"""All Prometheus I/O: the firing set, the target series, the delivered load, range data.
+"""All Prometheus I/O: the firing set, the target series, the delivered load, the prober's
+view, range data.
 
 A scope (label matchers) confines every read to one Incident when Prometheus is shared: the
 operator sets ``namespace`` and ``incident``, which the scrape config copies from each pod
@@ -19,11 +20,15 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
-from sreforge.api.observation import AlertSample, LoadStats
+from sreforge.api.observation import AlertSample, LoadStats, ProbeStats
 
 LOAD_JOB = "loadgen"
+PROBE_JOB = "prober"
 # Rate window of the load figures; matches the alert rules' windows.
 WINDOW = "10s"
+# The prober's window: at its low rate, 10 s holds too few answers to judge a share.
+PROBE_WINDOW = "15s"
+PAGE = "page"
 
 _ERRORS = (PrometheusApiClientException, requests.RequestException, ValueError, KeyError)
 
@@ -70,8 +75,8 @@ def scoped(selector: str, matchers: str) -> str:
 class Telemetry:
     """Reads one Prometheus; every failure to read becomes `None`, never a clear.
 
-    With a `scope`, the alerts, the target series, the service's `up` and the load are
-    read only where every label of the scope matches (see the module docstring).
+    With a `scope`, the alerts, the target series, the service's `up`, the load and the
+    prober are read only where every label of the scope matches (see the module docstring).
     """
 
     def __init__(
@@ -82,9 +87,13 @@ class Telemetry:
         service_job: str,
         scope: Scope | None = None,
         timeout: float = 2.0,
+        probed: bool = True,
     ):
+        """`probed`: the run has an independent prober (job="prober") whose view every
+        sample carries; its series missing is then a harness fault, never a clear."""
         self.url = url
         self.scope = label_matchers(scope)
+        self.probed = probed
         self.target_series = scoped(target_series, self.scope)
         self.service_job = service_job
         self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout)
@@ -99,8 +108,7 @@ class Telemetry:
             return None
         return float(result[0]["value"][1])
 
-    def alerts(self) -> tuple[frozenset[str], frozenset[str]] | None:
-        """(firing, pending) alert names, or None when Prometheus cannot be asked."""
+    def _alerts(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]] | None:
         try:
             result = self._prom.custom_query(self._select("ALERTS"))
         except _ERRORS:
@@ -109,7 +117,31 @@ class Telemetry:
         pending = {
             r["metric"]["alertname"] for r in result if r["metric"]["alertstate"] == "pending"
         }
-        return frozenset(firing), frozenset(pending - firing)
+        pages = {
+            r["metric"]["alertname"]
+            for r in result
+            if r["metric"]["alertstate"] == "firing" and r["metric"].get("severity") == PAGE
+        }
+        return frozenset(firing), frozenset(pending - firing), frozenset(pages)
+
+    def alerts(self) -> tuple[frozenset[str], frozenset[str]] | None:
+        """(firing, pending) alert names, or None when Prometheus cannot be asked."""
+        found = self._alerts()
+        return None if found is None else found[:2]
+
+    def probe(self) -> ProbeStats | None:
+        """The prober's share of good answers over PROBE_WINDOW; None if unreadable."""
+        j = f'job="{PROBE_JOB}"'
+        done_s = self._select("sreforge_probe_requests_total", j)
+        ok_s = self._select("sreforge_probe_requests_total", j, 'outcome="success"')
+        try:
+            done = self._scalar(f"sum(rate({done_s}[{PROBE_WINDOW}]))")
+            ok = self._scalar(f"sum(rate({ok_s}[{PROBE_WINDOW}]))")
+        except _ERRORS:
+            return None
+        if not done or ok is None:
+            return ProbeStats(success_ratio=None)
+        return ProbeStats(success_ratio=min(1.0, ok / done))
 
     def load(self) -> LoadStats | None:
         """The load generator's delivered load over the last window, from its own metrics."""
@@ -139,10 +171,10 @@ class Telemetry:
 
     def sample(self, now: float | None = None) -> AlertSample:
         t = time.time() if now is None else now
-        alerts = self.alerts()
+        alerts = self._alerts()
         if alerts is None:
             return AlertSample(t=t, firing=None)
-        firing, pending = alerts
+        firing, pending, pages = alerts
         try:
             series = self._scalar(f"count({self.target_series})")
             up = self._scalar(f"max({self._select('up', f'job={_quoted(self.service_job)}')})")
@@ -152,9 +184,11 @@ class Telemetry:
             t=t,
             firing=firing,
             pending=pending,
+            pages=pages,
             target_series_present=bool(series),
             service_up=up == 1.0,
             load=self.load(),
+            probe=(self.probe() or ProbeStats(success_ratio=None)) if self.probed else None,
         )
 
     def ready(self) -> bool:

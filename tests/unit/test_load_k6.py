@@ -36,6 +36,10 @@ needs_node = pytest.mark.skipif(
     NODE is None, reason="node is not installed (needed for node --check)"
 )
 
+# Uniform ids and a new visitor per request: the stubbed Math.random() maps to an id
+# directly (popularity is tested in test_load_popularity.py).
+UNIFORM: dict[str, Any] = {"popularity": "uniform", "new_connection_ratio": 1.0}
+
 PROFILES = [
     LoadProfile(rate=1, duration_seconds=1, max_in_flight=1),
     LoadProfile(
@@ -106,6 +110,10 @@ export default {
 """
 _K6_STUB = """\
 export const results = [];
+export const seeds = [];
+export function randomSeed(seed) {
+  seeds.push(seed);
+}
 export function check(res, checks) {
   const r = {};
   for (const [name, fn] of Object.entries(checks)) r[name] = fn(res);
@@ -234,7 +242,7 @@ def test_request_and_checks_run_in_node(
     mode: str, status: int, expected: dict[str, bool], tmp_path: Path
 ) -> None:
     profile = LoadProfile(
-        rate=10, path="/items/{id}?v={id}", id_range=(10, 19), expect_json_id=True
+        rate=10, path="/items/{id}?v={id}", id_range=(10, 19), expect_json_id=True, **UNIFORM
     )
     script = render_k6_script(profile, "http://svc:8080/")
     # Math.random() = 0.55 -> id = 10 + floor(0.55 * 10) = 15
@@ -250,7 +258,7 @@ def test_request_and_checks_run_in_node(
 @needs_node
 def test_post_body_env_override_and_no_id_check(tmp_path: Path) -> None:
     profile = LoadProfile(
-        rate=5, method="POST", path="/orders/{id}", id_range=(1, 3), expect_status=201
+        rate=5, method="POST", path="/orders/{id}", id_range=(1, 3), expect_status=201, **UNIFORM
     )
     script = render_k6_script(profile, "http://default:1")
     out = _node_run(
@@ -277,7 +285,12 @@ def test_known_answers_are_learned_in_setup_and_checked(
     mode: str, expected: bool, tmp_path: Path
 ) -> None:
     profile = LoadProfile(
-        rate=10, path="/item/{id}", id_range=(1, 100), expect_json_id=True, known_answers=20
+        rate=10,
+        path="/item/{id}",
+        id_range=(1, 100),
+        expect_json_id=True,
+        known_answers=20,
+        **UNIFORM,
     )
     script = render_k6_script(profile, "http://svc:8080")
     assert _options_literal(script)["discardResponseBodies"] is False
@@ -287,7 +300,7 @@ def test_known_answers_are_learned_in_setup_and_checked(
         range(1, 101, 5)
     )
     assert all(c["params"]["tags"] == {"name": "learn"} for c in out["learning"])
-    assert out["data"]["known"]["56"] == '{"id":56,"name":"item 56"}'
+    assert out["data"]["known"]["/item/{id}"]["56"] == '{"id":56,"name":"item 56"}'
     [call] = out["calls"]
     assert call["url"] == "http://svc:8080/item/56"
     assert out["results"] == [
@@ -304,11 +317,11 @@ def test_known_answers_are_learned_in_setup_and_checked(
 
 @needs_node
 def test_unlearnable_answers_leave_nothing_known(tmp_path: Path) -> None:
-    profile = LoadProfile(rate=10, path="/item/{id}", id_range=(1, 4), known_answers=4)
+    profile = LoadProfile(rate=10, path="/item/{id}", id_range=(1, 4), known_answers=4, **UNIFORM)
     script = render_k6_script(profile, "http://svc:8080")
     out = _node_run(script, tmp_path, random=0.0, status=503, mode="item", ident=0)
     assert len(out["learning"]) == 4 * 3  # every id, three attempts
-    assert out["data"] == {"known": {}}
+    assert out["data"] == {"known": {"/item/{id}": {}}}
     assert out["results"] == [{"status is 200": False, "matches the known answer": True}]
 
 
@@ -347,10 +360,10 @@ def _assert_locked_down(job: dict[str, Any], profile: LoadProfile) -> dict[str, 
 
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: f"rate{p.rate}")
 def test_k6_job_mounts_the_script_and_is_locked_down(profile: LoadProfile) -> None:
-    cm = render_k6_configmap("load-cm", "ns1", profile, "http://svc:8080")
+    cm = render_k6_configmap("load-cm", "ns1", profile, "http://svc:8080", seed=5)
     assert cm["kind"] == "ConfigMap"
     assert cm["metadata"] == {**cm["metadata"], "name": "load-cm", "namespace": "ns1"}
-    assert cm["data"][SCRIPT_KEY] == render_k6_script(profile, "http://svc:8080")
+    assert cm["data"][SCRIPT_KEY] == render_k6_script(profile, "http://svc:8080", seed=5)
 
     job = render_k6_job("load", "ns1", profile, "http://svc:8080", "load-cm")
     assert job["metadata"]["name"] == "load"

@@ -39,9 +39,26 @@ NEW_KEYS = {"schemaName": "sreforge.record", "schemaVersion": 1, "session": None
 NEW_VERIFY_KEYS = {"oracles": {"mitigate": 1.0, "diagnose": 0.0}}
 
 
+# Each sample's page-severity alerts and the independent prober's view (None: no prober).
+NEW_SAMPLE_KEYS = {"pages": [], "probe": None}
+
+
 def _with_additions(old: dict[str, Any]) -> dict[str, Any]:
     """The old record plus exactly the keys this version adds, and nothing else."""
-    return old | NEW_KEYS | {"verify": old["verify"] | NEW_VERIFY_KEYS}
+    timeline = [_with_sample_keys(sample) for sample in old.get("timeline", [])]
+    return old | NEW_KEYS | {"verify": old["verify"] | NEW_VERIFY_KEYS, "timeline": timeline}
+
+
+def _with_sample_keys(sample: dict[str, Any]) -> dict[str, Any]:
+    """A sample with the new keys where the models write them (after `pending`, `load`)."""
+    out: dict[str, Any] = {}
+    for key, value in sample.items():
+        out[key] = value
+        if key == "pending":
+            out["pages"] = NEW_SAMPLE_KEYS["pages"]
+        if key == "load":
+            out["probe"] = NEW_SAMPLE_KEYS["probe"]
+    return out
 
 
 DERIVED_WALL = ("fireWait", "verify", "total")

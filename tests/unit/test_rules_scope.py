@@ -97,6 +97,9 @@ def test_relabelled_test_expects_nothing_of_another_scenario() -> None:
         "CatalogLatencyHigh",
         "CatalogErrorRateHigh",
         "CatalogLoadDropped",
+        "CatalogRouteLatencyHigh",
+        "CatalogRouteErrorsHigh",
+        "CatalogProbeFailing",
     }
     assert {t["eval_time"] for t in theirs["alert_rule_test"]} == {"3s", "20s"}
 

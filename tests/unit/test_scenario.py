@@ -46,7 +46,7 @@ def copy_scenario(tmp_path: Path) -> Path:
             "less than or equal to 1",
         ),
         ("ci_green = 0.25", "ci_green = 0.5", "verify.weights", "sum to 1.0"),
-        ("rate = 50 ", "rate = -3 ", "load.rate", "greater than or equal to 1"),
+        ("rate = 60 ", "rate = -3 ", "load.rate", "greater than or equal to 1"),
         ('family = "latency"', 'family = "vibes"', "family", "Input should be"),
         ("id_range = [1, 300]", "id_range = [300, 1]", "load", "low <= high"),
         (

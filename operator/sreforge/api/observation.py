@@ -22,6 +22,16 @@ class LoadStats(_Model):
     )
 
 
+class ProbeStats(_Model):
+    """The independent prober's view over its window (harness-owned, its own identity).
+
+    `success_ratio is None`: the prober completed nothing in the window or its series are
+    gone (a harness fault, never a clear).
+    """
+
+    success_ratio: float | None = Field(default=None, ge=0, le=1)
+
+
 class AlertSample(_Model):
     """One look at Prometheus: the firing set, whether the target series exists, the load.
 
@@ -31,9 +41,13 @@ class AlertSample(_Model):
     t: float = Field(description="unix time of the sample")
     firing: frozenset[str] | None
     pending: frozenset[str] = frozenset()
+    # the firing alerts labelled severity="page" (user-facing breakage)
+    pages: frozenset[str] = frozenset()
     target_series_present: bool = False
     service_up: bool = False
     load: LoadStats | None = None
+    # None: this run has no prober (older records); else what the prober saw
+    probe: ProbeStats | None = None
     # over the last sample interval (sreforge.runtime.contention; None where not measured):
     # the share of the machine's CPU spent outside this run's own process tree, and the
     # seconds per second the run's threads waited, runnable, for a CPU

@@ -6,7 +6,7 @@ Pure models: paths are values here; sreforge.scenarios reads them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -85,45 +85,130 @@ class VerifySpec(_Model):
 KNOWN_ANSWER_PARALLEL = 8
 KNOWN_ANSWER_ATTEMPTS = 3
 
+HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# The single-route fields of [load]; a mix ([[load.routes]]) states them per route.
+_SINGLE_ROUTE_FIELDS = ("path", "method", "expect_status", "expect_json_id", "known_answers")
+
+
+def _ordered(value: tuple[int, int] | None) -> tuple[int, int] | None:
+    if value is not None and value[0] > value[1]:
+        lo, hi = value
+        raise ValueError(f"id_range must be [low, high] with low <= high, got [{lo}, {hi}]")
+    return value
+
+
+class Route(_Model):
+    """One user-facing route of a traffic mix: how it is asked, how often, and how its
+    answers are judged. Its series carry ``route=<name>`` (the path template by default)."""
+
+    path: Annotated[str, Field(pattern=r"^/", description="path template; {id} is the id")]
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./{}:-]{1,100}$")] | None = None
+    method: HttpMethod = "GET"
+    weight: Annotated[int, Field(ge=1, le=1_000_000, description="share of the mix")] = 1
+    # A JSON body template (POST, PUT, PATCH): a string "{id}" becomes the id, "{id}" inside
+    # a longer string its digits. A POST without one sends {"id": <id>}.
+    body: dict[str, Any] | None = None
+    id_range: tuple[int, int] | None = None  # [load] id_range when unset
+    expect_status: Annotated[int, Field(ge=100, le=599)] = 200
+    expect_json_id: bool = False
+    # Known answers: before the first iteration the client asks for this many ids (the
+    # most popular ones) and keeps each expected answer; afterwards a response for one of
+    # those ids whose JSON is not the same document is `invalid`. A service that
+    # fabricates answers under load (right status, right id, made-up body) fails them.
+    known_answers: Annotated[int, Field(ge=0, le=2000)] = 0
+
+    @property
+    def label(self) -> str:
+        """The value of the ``route`` label of this route's series."""
+        return self.name or self.path
+
+    @property
+    def ids(self) -> tuple[int, int]:
+        """The id range (resolved by LoadProfile.mix)."""
+        return self.id_range if self.id_range is not None else (1, 1)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Route:
+        _ordered(self.id_range)
+        if self.body is not None and self.method not in _BODY_METHODS:
+            raise ValueError(f"body: a {self.method} route sends no body (POST, PUT or PATCH)")
+        return self
+
 
 class LoadProfile(_Model):
-    """An open-model, constant-arrival-rate load (k6 `constant-arrival-rate` semantics)."""
+    """An open-model, constant-arrival-rate load (k6 `constant-arrival-rate` semantics)
+    over a traffic mix: one route (``path`` and its fields, the original form) or several
+    (``[[load.routes]]``, each with its weight, method, body and validation)."""
 
     rate: Annotated[int, Field(ge=1, le=20_000, description="iterations (requests) per second")]
     max_in_flight: Annotated[int, Field(ge=1, le=100_000)] = 256
     timeout_ms: Annotated[int, Field(ge=10, le=120_000)] = 2000
     duration_seconds: Seconds = 1800
-    method: Literal["GET", "POST"] = "GET"
+    method: HttpMethod = "GET"
     path: Annotated[str, Field(pattern=r"^/")] = "/"
     id_range: tuple[int, int] = (1, 1)
     expect_status: Annotated[int, Field(ge=100, le=599)] = 200
     expect_json_id: bool = False
-    # Known answers: before the first iteration the generator asks for this many ids
-    # (spread evenly over id_range) and keeps each expected answer; afterwards a 200 for
-    # one of those ids whose JSON is not the same document is `invalid`. A service that
-    # fabricates answers under load (right status, right id, made-up body) fails them.
     known_answers: Annotated[int, Field(ge=0, le=2000)] = 0
+    routes: list[Route] = Field(default_factory=list)
+    # Which ids users ask for: a Zipf law over the id range (rank r asked in proportion to
+    # r^-zipf_exponent; which id holds which rank is drawn per run), or uniform.
+    popularity: Literal["zipf", "uniform"] = "zipf"
+    zipf_exponent: Annotated[float, Field(gt=0.0, le=4.0)] = 1.0
+    # The share of requests that open a new connection (a new visitor); the others reuse
+    # an idle kept-alive one, as returning browsers and apps do.
+    new_connection_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.25
+    # The independent prober's rate (requests/s over the same mix, its own series).
+    probe_rate: Annotated[int, Field(ge=1, le=100)] = 5
 
-    def known_ids(self) -> list[int]:
-        """The ids whose answers are learned: all of id_range, or known_answers of them
-        spread evenly over it."""
-        lo, hi = self.id_range
-        size, k = hi - lo + 1, self.known_answers
-        if k >= size:
-            return list(range(lo, hi + 1))
-        return [lo + (i * size) // k for i in range(k)]
+    def mix(self) -> list[Route]:
+        """The routes of the mix, each with its id range resolved."""
+        if not self.routes:
+            return [
+                Route(
+                    path=self.path,
+                    method=self.method,
+                    id_range=self.id_range,
+                    expect_status=self.expect_status,
+                    expect_json_id=self.expect_json_id,
+                    known_answers=self.known_answers,
+                )
+            ]
+        return [
+            r if r.id_range is not None else r.model_copy(update={"id_range": self.id_range})
+            for r in self.routes
+        ]
+
+    def probe(self) -> LoadProfile:
+        """The prober's profile: the same mix and answers at ``probe_rate``."""
+        return self.model_copy(
+            update={"rate": self.probe_rate, "max_in_flight": max(4, 2 * self.probe_rate)}
+        )
 
     @model_validator(mode="after")
-    def _range_ordered(self) -> LoadProfile:
-        lo, hi = self.id_range
-        if lo > hi:
-            raise ValueError(f"id_range must be [low, high] with low <= high, got [{lo}, {hi}]")
+    def _one_form(self) -> LoadProfile:
+        _ordered(self.id_range)
+        if not self.routes:
+            return self
+        # by value, not by what was set: a profile's JSON (model_dump) states every field
+        fields = type(self).model_fields
+        both = [f for f in _SINGLE_ROUTE_FIELDS if getattr(self, f) != fields[f].default]
+        if both:
+            raise ValueError(
+                f"routes: give {', '.join(both)} per route in [[load.routes]], or no routes "
+                "(the single-route form), not both"
+            )
+        labels = [r.label for r in self.routes]
+        dups = sorted({x for x in labels if labels.count(x) > 1})
+        if dups:
+            raise ValueError(f"routes: route names (the path when unnamed) repeat: {dups}")
         return self
 
 
 EnvName = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")]
 # Names a run already gives a meaning to: Prometheus jobs and environment variables.
-RESERVED_JOBS = frozenset({"loadgen", "harness", "prometheus", "redis"})
+RESERVED_JOBS = frozenset({"loadgen", "prober", "harness", "prometheus", "redis"})
 RESERVED_ENV = frozenset({"HOST", "PORT", "DATA_DIR", "REDIS_URL"})
 
 

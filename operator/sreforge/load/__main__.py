@@ -1,9 +1,13 @@
-"""``python -m sreforge.load``: run one load profile, serving its metrics.
+"""``python -m sreforge.load``: run one load profile (or its prober), serving its metrics.
 
     python -m sreforge.load --target http://127.0.0.1:8080 \\
         --profile-json '{"rate": 100, "duration_seconds": 60, "path": "/items/{id}"}' \\
         --listen 127.0.0.1:0 --port-file /tmp/load.port [--seed 1] \\
-        [--control-socket /run/harness/load.sock]
+        [--control-socket /run/harness/load.sock] [--ids-seed 7] [--series probe]
+
+``--series probe`` makes it the independent prober: the profile's mix at its
+``probe_rate``, series ``sreforge_probe_*`` instead of ``sreforge_load_*``. Give the load
+and its prober the same ``--ids-seed``: they then agree on which ids are popular.
 
 The TCP listener serves ``GET /metrics`` and ``GET /healthz`` only. ``--control-socket``
 adds a Unix socket (mode 0600, at a path that must not exist yet) serving ``POST /target``
@@ -32,6 +36,7 @@ from pydantic import ValidationError
 
 from sreforge.api.scenario import LoadProfile
 from sreforge.load.generator import LoadGenerator, TargetError
+from sreforge.load.metrics import LOAD_PREFIX, PROBE_PREFIX, LoadMetrics
 from sreforge.load.server import start_control, start_server
 
 PROG = "sreforge-load"
@@ -67,7 +72,19 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="a Unix socket (created 0600) serving POST /target and GET /stats; none if unset",
     )
-    p.add_argument("--seed", type=int, default=None, help="seed of the random ids")
+    p.add_argument("--seed", type=int, default=None, help="seed of the random draws")
+    p.add_argument(
+        "--ids-seed",
+        type=int,
+        default=None,
+        help="seed of which ids are popular (the --seed if unset); shared with the prober",
+    )
+    p.add_argument(
+        "--series",
+        choices=("load", "probe"),
+        default="load",
+        help="load: the profile's rate, sreforge_load_*; probe: its probe_rate, sreforge_probe_*",
+    )
     p.add_argument(
         "--linger",
         type=float,
@@ -82,7 +99,13 @@ def _say(message: str) -> None:
 
 
 async def _amain(args: argparse.Namespace, profile: LoadProfile) -> int:
-    gen = LoadGenerator(profile, args.target, seed=args.seed)
+    prefix = LOAD_PREFIX
+    if args.series == "probe":
+        profile, prefix = profile.probe(), PROBE_PREFIX
+    metrics = LoadMetrics(routes=[r.label for r in profile.mix()], prefix=prefix)
+    gen = LoadGenerator(
+        profile, args.target, seed=args.seed, ids_seed=args.ids_seed, metrics=metrics
+    )
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
 
@@ -109,7 +132,7 @@ async def _amain(args: argparse.Namespace, profile: LoadProfile) -> int:
             _say(
                 f"start target={gen.target} rate={profile.rate}/s "
                 f"max_in_flight={profile.max_in_flight} duration={profile.duration_seconds}s "
-                f"{profile.method} {profile.path} metrics=http://{host}:{bound}/metrics "
+                f"routes={len(gen.mix)} series={prefix}_* metrics=http://{host}:{bound}/metrics "
                 f"control={args.control_socket or 'none'} pid={os.getpid()}"
             )
             summary = await gen.run()

@@ -17,6 +17,8 @@ def generator_argv(
     port_file: Path | str | None = None,
     control_socket: Path | str | None = None,
     seed: int | None = None,
+    ids_seed: int | None = None,
+    probe: bool = False,
     python: str = sys.executable,
 ) -> list[str]:
     """The argv that runs ``profile`` against ``target``, serving its metrics on ``listen``
@@ -24,8 +26,9 @@ def generator_argv(
 
     ``control_socket``: the Unix socket (a path in a directory only the caller can enter)
     that serves ``POST /target`` and ``GET /stats``; without it nothing can re-point or
-    read the run. ``python`` is the interpreter: this one by default, ``"python"`` in a
-    container image.
+    read the run. ``probe``: run the profile's prober instead (its ``probe_rate``, series
+    ``sreforge_probe_*``); give it the load's ``ids_seed``. ``python`` is the interpreter:
+    this one by default, ``"python"`` in a container image.
     """
     argv = [
         python,
@@ -44,4 +47,8 @@ def generator_argv(
         argv += ["--control-socket", str(control_socket)]
     if seed is not None:
         argv += ["--seed", str(seed)]
+    if ids_seed is not None:
+        argv += ["--ids-seed", str(ids_seed)]
+    if probe:
+        argv += ["--series", "probe"]
     return argv

@@ -7,17 +7,23 @@ requests are already in flight it is *dropped* and counted, like k6's
 ``dropped_iterations``. If the event loop lags, due iterations start late and their
 lateness is measured; catch-up is bounded: an iteration more than 1 s late is dropped.
 
-One shared ``aiohttp.ClientSession`` (keep-alive, a ``TCPConnector`` sized to
-``max_in_flight``) carries every request. The target can be switched while running
+Each iteration is one user's request: a route of the mix drawn by weight, an id drawn by
+popularity (sreforge.load.popularity), sent by a visitor of the ordinary-client pool over
+its own kept-alive or new connection (sreforge.load.client, sreforge.load.identity).
+Nothing in a request names the harness. The target can be switched while running
 (:meth:`LoadGenerator.set_target`); requests in flight to the old target complete.
 
-Known answers (``profile.known_answers``): before the schedule starts, the generator asks
-the target for that many ids, spread evenly over ``id_range`` (``LoadProfile.known_ids``;
-8 at a time, each up to 3 times, within ``LEARN_SECONDS``), and keeps each answer with
-the expected status (and, with ``expect_json_id``, its own id) as parsed JSON. From then
-on a response for a known id that is not the same JSON document is ``invalid``. Locally
-the answers come from the healthy build; a service that fabricates bodies under load
-(the status and id right, the rest made up) is caught on every known id it is asked for.
+Known answers (each route's ``known_answers``): before the schedule starts, the generator
+asks the target for that many ids of the route (its most popular ones; 8 at a time, each
+up to 3 times, within ``LEARN_SECONDS``), and keeps each answer with the expected status
+(and, with ``expect_json_id``, its own id) as parsed JSON. From then on a response for a
+known id that is not the same JSON document is ``invalid``. Locally the answers come from
+the healthy build; a service that fabricates bodies under load (the status and id right,
+the rest made up) is caught on every known id it is asked for.
+
+The prober (``python -m sreforge.load --series probe``) is this same generator at the
+profile's ``probe_rate`` with series of its own: the same code makes its requests, so no
+request attribute tells the load and the prober apart.
 """
 
 from __future__ import annotations
@@ -33,12 +39,19 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
-import aiohttp
 from yarl import URL
 
-from sreforge.api.scenario import KNOWN_ANSWER_ATTEMPTS, KNOWN_ANSWER_PARALLEL, LoadProfile
+from sreforge.api.scenario import (
+    KNOWN_ANSWER_ATTEMPTS,
+    KNOWN_ANSWER_PARALLEL,
+    LoadProfile,
+    Route,
+)
+from sreforge.load.client import ClientPool
 from sreforge.load.metrics import OUTCOMES, LoadMetrics, Outcome
+from sreforge.load.popularity import Popularity
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +63,12 @@ _SLICE = 0.1  # seconds per slice of the recent window
 _SLICES = round(WINDOW_SECONDS / _SLICE)
 _SLICE_LAG_SAMPLES = 256  # lag reservoir per slice: 2,560 samples/s at most
 _RUN_LAG_SAMPLES = 20_000  # lag reservoir for the whole run
-USER_AGENT = "sreforge-load"
 #: Known answers: the time budget of learning them.
 LEARN_SECONDS = 20.0
 _YIELD_EVERY = 256  # start at most this many iterations before yielding to the loop
-# Characters that need no quoting in a path and query; such a path skips re-quoting.
-_PLAIN_PATH = re.compile(r"^[A-Za-z0-9\-._~/!$&'()*+,;=:@%?{}]*$")
+# Characters that need no quoting in a path and query.
+_PLAIN_PATH = re.compile(r"^[A-Za-z0-9\-._~/!$&'()*+,;=:@%?]*$")
+_PATH_SAFE = "/!$&'()*+,;=:@%?-._~"
 
 
 class TargetError(ValueError):
@@ -176,19 +189,32 @@ class LoadGenerator:
         target: str,
         *,
         seed: int | None = None,
+        ids_seed: int | None = None,
         metrics: LoadMetrics | None = None,
         stop_grace_seconds: float = 0.5,
     ) -> None:
         self.profile = profile
-        self.metrics = metrics if metrics is not None else LoadMetrics()
+        self.mix: list[Route] = profile.mix()
+        labels = [r.label for r in self.mix]
+        self.metrics = metrics if metrics is not None else LoadMetrics(routes=labels)
         self.stop_grace_seconds = stop_grace_seconds
         self._target = normalize_target(target)
         self._rng = random.Random(seed)
         aux = random.Random(None if seed is None else seed + 1)
+        self._client_rng = random.Random(None if seed is None else seed + 2)
         self._window = _Window(aux)
         self._run_lags = _Reservoir(_RUN_LAG_SAMPLES, aux)
-        self._path_plain = bool(_PLAIN_PATH.match(profile.path))
-        self._timeout = aiohttp.ClientTimeout(total=profile.timeout_ms / 1000.0)
+        self._timeout = profile.timeout_ms / 1000.0
+        self._weights = [r.weight for r in self.mix]
+        # which ids are popular: the same for every client given the same ids_seed
+        layout = seed if ids_seed is None else ids_seed
+        self.popularity = {
+            r.label: Popularity(
+                *r.ids, kind=profile.popularity, exponent=profile.zipf_exponent, seed=layout
+            )
+            for r in self.mix
+        }
+        self._pool: ClientPool | None = None
 
         self.scheduled = 0
         self.started = 0
@@ -198,8 +224,12 @@ class LoadGenerator:
         self.interrupted = 0
         self.in_flight = 0
         self.outcomes: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
+        self.route_outcomes: dict[str, dict[Outcome, int]] = {
+            label: dict.fromkeys(OUTCOMES, 0) for label in labels
+        }
         self.target_switches = 0
-        self.known: dict[int, Any] = {}  # id -> the expected JSON document
+        # route label -> id -> the expected JSON document
+        self.known: dict[str, dict[int, Any]] = {label: {} for label in labels}
         self.learn_seconds = 0.0
 
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -231,6 +261,8 @@ class LoadGenerator:
             log.info("load target %s -> %s", self._target, new)
             self._target = new
             self.target_switches += 1
+            if self._pool is not None:
+                self._pool.set_target(new)
         return new
 
     def stop(self) -> None:
@@ -273,23 +305,14 @@ class LoadGenerator:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._running = True
-        p = self.profile
-        connector = aiohttp.TCPConnector(
-            limit=p.max_in_flight,
-            limit_per_host=0,
-            keepalive_timeout=30.0,
-            ttl_dns_cache=10,
+        session = ClientPool(
+            self._target,
+            self._client_rng,
+            new_connection_ratio=self.profile.new_connection_ratio,
         )
-        session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=self._timeout,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            auto_decompress=True,
-            raise_for_status=False,
-            headers={"User-Agent": USER_AGENT},
-        )
+        self._pool = session
         try:
-            if p.known_answers and not self._stopping:
+            if any(r.known_answers for r in self.mix) and not self._stopping:
                 await self._learn(loop, session)
             self._t0 = loop.time()
             self._window.reset(self._t0)
@@ -302,40 +325,47 @@ class LoadGenerator:
                 task.cancel()
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
-            await session.close()
+            session.close()
             self._running = False
             self._finished = True
             if self._t_end is None:
                 self._t_end = loop.time()
         return self.summary()
 
-    async def _learn(self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession) -> None:
+    def known_ids(self, route: Route) -> list[int]:
+        """The ids of ``route`` whose answers are learned: its most popular ones."""
+        return self.popularity[route.label].top(route.known_answers) if route.known_answers else []
+
+    def known_count(self) -> int:
+        return sum(len(k) for k in self.known.values())
+
+    async def _learn(self, loop: asyncio.AbstractEventLoop, session: ClientPool) -> None:
         """Ask for the known ids and keep their expected answers (see the module doc)."""
         started = loop.time()
         deadline = started + LEARN_SECONDS
         gate = asyncio.Semaphore(KNOWN_ANSWER_PARALLEL)
-        p = self.profile
 
-        async def one(ident: int) -> None:
+        async def one(route: Route, ident: int) -> None:
             async with gate:
                 for _attempt in range(KNOWN_ANSWER_ATTEMPTS):
                     if self._stopping or loop.time() >= deadline:
                         return
                     try:
-                        async with self._send(session, ident) as resp:
-                            body = await resp.read()
-                            if resp.status == p.expect_status:
-                                doc = _json_doc(body)
-                                if doc is not _NOT_JSON and (
-                                    not p.expect_json_id or _doc_id_matches(doc, ident)
-                                ):
-                                    self.known[ident] = doc
-                                    return
-                    except (TimeoutError, aiohttp.ClientError, OSError):
+                        resp = await self._send(session, route, ident)
+                        if resp.status == route.expect_status:
+                            doc = _json_doc(resp.body)
+                            if doc is not _NOT_JSON and (
+                                not route.expect_json_id or _doc_id_matches(doc, ident)
+                            ):
+                                self.known[route.label][ident] = doc
+                                return
+                    except (TimeoutError, OSError):
                         pass
                     await asyncio.sleep(0.2)
 
-        tasks = [loop.create_task(one(i)) for i in p.known_ids()]
+        tasks = [
+            loop.create_task(one(route, i)) for route in self.mix for i in self.known_ids(route)
+        ]
         try:
             await asyncio.wait(tasks, timeout=LEARN_SECONDS + 1.0)
         finally:
@@ -343,24 +373,18 @@ class LoadGenerator:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         self.learn_seconds = loop.time() - started
-        self.metrics.known_answers.set(len(self.known))
-        log.info(
-            "learned %d of %d known answers in %.1fs",
-            len(self.known),
-            p.known_answers,
-            self.learn_seconds,
-        )
-        if len(self.known) < p.known_answers:
+        learned, wanted = self.known_count(), sum(r.known_answers for r in self.mix)
+        self.metrics.known_answers.set(learned)
+        log.info("learned %d of %d known answers in %.1fs", learned, wanted, self.learn_seconds)
+        if learned < wanted:
             log.warning(
                 "only %d of %d known answers could be learned from %s",
-                len(self.known),
-                p.known_answers,
+                learned,
+                wanted,
                 self._target,
             )
 
-    async def _schedule(
-        self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession
-    ) -> None:
+    async def _schedule(self, loop: asyncio.AbstractEventLoop, session: ClientPool) -> None:
         p = self.profile
         rate = float(p.rate)
         t0 = self._t0
@@ -426,12 +450,13 @@ class LoadGenerator:
     def _start(
         self,
         loop: asyncio.AbstractEventLoop,
-        session: aiohttp.ClientSession,
+        session: ClientPool,
         lag: float,
         s: _Slice,
     ) -> None:
-        lo, hi = self.profile.id_range
-        ident = self._rng.randint(lo, hi)
+        mix = self.mix
+        route = mix[0] if len(mix) == 1 else self._rng.choices(mix, weights=self._weights)[0]
+        ident = self.popularity[route.label].draw(self._rng)
         self.in_flight += 1
         self.started += 1
         s.started += 1
@@ -440,33 +465,31 @@ class LoadGenerator:
         m = self.metrics
         m.in_flight.inc()
         m.scheduling_lag.observe(lag)
-        task = loop.create_task(self._request(loop, session, ident))
+        task = loop.create_task(self._request(loop, session, route, ident))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _url(self, ident: int) -> URL:
-        raw = self._target + self.profile.path.replace("{id}", str(ident))
-        return URL(raw, encoded=True) if self._path_plain else URL(raw)
-
     async def _request(
-        self, loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession, ident: int
+        self,
+        loop: asyncio.AbstractEventLoop,
+        session: ClientPool,
+        route: Route,
+        ident: int,
     ) -> None:
-        p = self.profile
         outcome: Outcome
         t = loop.time()
         try:
             try:
-                async with self._send(session, ident) as resp:
-                    body = await resp.read()
-                    if resp.status != p.expect_status:
-                        outcome = "http_error"
-                    elif not self._valid(body, ident):
-                        outcome = "invalid"
-                    else:
-                        outcome = "success"
-            except TimeoutError:  # asyncio.TimeoutError and aiohttp's timeouts
+                resp = await self._send(session, route, ident)
+                if resp.status != route.expect_status:
+                    outcome = "http_error"
+                elif not self._valid(route, resp.body, ident):
+                    outcome = "invalid"
+                else:
+                    outcome = "success"
+            except TimeoutError:
                 outcome = "timeout"
-            except (aiohttp.ClientError, OSError):
+            except OSError:
                 outcome = "connect_error"
             except asyncio.CancelledError:
                 self.interrupted += 1
@@ -477,9 +500,10 @@ class LoadGenerator:
             now = loop.time()
             self.completed += 1
             self.outcomes[outcome] += 1
+            self.route_outcomes[route.label][outcome] += 1
             m = self.metrics
-            m.by_outcome[outcome].inc()
-            m.request_duration.observe(now - t)
+            m.by_outcome[route.label, outcome].inc()
+            m.duration_of[route.label].observe(now - t)
             s = self._window.at(now)
             s.completed += 1
             if outcome == "success":
@@ -488,19 +512,19 @@ class LoadGenerator:
             self.in_flight -= 1
             self.metrics.in_flight.dec()
 
-    def _send(self, session: aiohttp.ClientSession, ident: int) -> Any:
-        """The request for id ``ident`` (a POST carries ``{"id": ident}``), to ``async with``."""
-        p = self.profile
-        kwargs: dict[str, Any] = {"json": {"id": ident}} if p.method == "POST" else {}
-        return session.request(p.method, self._url(ident), **kwargs)
+    async def _send(self, session: ClientPool, route: Route, ident: int) -> Any:
+        """The request of ``route`` for id ``ident``; its answer (status and body)."""
+        return await session.request(
+            route.method, request_path(route, ident), request_body(route, ident), self._timeout
+        )
 
-    def _valid(self, body: bytes, ident: int) -> bool:
+    def _valid(self, route: Route, body: bytes, ident: int) -> bool:
         """A response with the expected status: its own id, and the known answer if any."""
-        want = self.known.get(ident, _NOT_JSON)
-        if not self.profile.expect_json_id and want is _NOT_JSON:
+        want = self.known[route.label].get(ident, _NOT_JSON)
+        if not route.expect_json_id and want is _NOT_JSON:
             return True
         doc = _json_doc(body)
-        if self.profile.expect_json_id and not _doc_id_matches(doc, ident):
+        if route.expect_json_id and not _doc_id_matches(doc, ident):
             return False
         return want is _NOT_JSON or doc == want
 
@@ -547,8 +571,9 @@ class LoadGenerator:
             "interrupted": self.interrupted,
             "in_flight": self.in_flight,
             "outcomes": dict(self.outcomes),
+            "routes": {label: dict(o) for label, o in self.route_outcomes.items()},
             "target_switches": self.target_switches,
-            "known_answers": len(self.known),
+            "known_answers": self.known_count(),
             "achieved_rate_total": (self.started / elapsed) if elapsed > 0 else 0.0,
             "achieved_rate_10s": recent["achieved_rate"] if recent else 0.0,
             "lag_p50_10s": recent["lag_p50"] if recent else None,
@@ -571,13 +596,44 @@ class LoadGenerator:
             "dropped_late": self.dropped_late,
             "interrupted": self.interrupted,
             "outcomes": dict(self.outcomes),
-            "known_answers": len(self.known),
+            "routes": {label: dict(o) for label, o in self.route_outcomes.items()},
+            "known_answers": self.known_count(),
             "learn_seconds": round(self.learn_seconds, 3),
             "achieved_rate": (self.started / elapsed) if elapsed > 0 else 0.0,
             "lag_p50": _percentile(lags, 0.50),
             "lag_p99": _percentile(lags, 0.99),
             "lag_max": lags[-1] if lags else None,
         }
+
+
+def request_path(route: Route, ident: int) -> str:
+    """The request target of ``route`` for id ``ident`` (percent-encoded where needed)."""
+    raw = route.path.replace("{id}", str(ident))
+    return raw if _PLAIN_PATH.match(raw) else quote(raw, safe=_PATH_SAFE)
+
+
+def _fill(value: Any, ident: int) -> Any:
+    if value == "{id}":
+        return ident
+    if isinstance(value, str):
+        return value.replace("{id}", str(ident))
+    if isinstance(value, list):
+        return [_fill(v, ident) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, ident) for k, v in value.items()}
+    return value
+
+
+def request_body(route: Route, ident: int) -> bytes | None:
+    """The JSON body of ``route`` for ``ident``: its template filled in; ``{"id": ident}``
+    for a POST without one; None for a method that sends no body."""
+    if route.body is not None:
+        doc = _fill(route.body, ident)
+    elif route.method == "POST":
+        doc = {"id": ident}
+    else:
+        return None
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

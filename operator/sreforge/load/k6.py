@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from typing import Any
 
 from sreforge.api.scenario import KNOWN_ANSWER_ATTEMPTS, KNOWN_ANSWER_PARALLEL, LoadProfile
 from sreforge.load.command import generator_argv
+from sreforge.load.identity import CLIENTS, LANGUAGES
+from sreforge.load.popularity import Popularity
 
 K6_IMAGE = "grafana/k6:0.54.0"
 K6_UID = 12345  # the `k6` user of the grafana/k6 image
@@ -45,8 +48,9 @@ def pre_allocated_vus(profile: LoadProfile) -> int:
 def k6_options(profile: LoadProfile) -> dict[str, Any]:
     """The ``options`` object of the script (maxVUs = max_in_flight: a VU does one
     request at a time, so k6 drops an iteration exactly when max_in_flight are busy)."""
+    mix = profile.mix()
     return {
-        "discardResponseBodies": not (profile.expect_json_id or profile.known_answers),
+        "discardResponseBodies": not any(r.expect_json_id or r.known_answers for r in mix),
         # known answers are learned in setup(): K requests, KNOWN_ANSWER_PARALLEL at a time
         "setupTimeout": "60s",
         "scenarios": {
@@ -63,75 +67,159 @@ def k6_options(profile: LoadProfile) -> dict[str, Any]:
     }
 
 
-def render_k6_script(profile: LoadProfile, target_url: str) -> str:
-    """A k6 script running ``profile`` against ``target_url`` (``SREFORGE_TARGET`` in the
-    environment overrides it). No thresholds: the harness judges, not k6's exit code."""
-    lo, hi = profile.id_range
-    if max(abs(lo), abs(hi)) > _JS_SAFE_INT:
-        raise ValueError(f"id_range {lo}..{hi} exceeds JavaScript's safe integers")
-    target = target_url.rstrip("/")
-    checks = [
-        f"    {_js(f'status is {profile.expect_status}')}: (r) => r.status === EXPECT_STATUS,"
+def _routes(profile: LoadProfile, seed: int) -> list[dict[str, Any]]:
+    """The mix as the script's data: per route its request, checks and popularity layout."""
+    out = []
+    for r in profile.mix():
+        lo, hi = r.ids
+        if max(abs(lo), abs(hi)) > _JS_SAFE_INT:
+            raise ValueError(f"id_range {lo}..{hi} exceeds JavaScript's safe integers")
+        pop = Popularity(lo, hi, kind=profile.popularity, exponent=profile.zipf_exponent, seed=seed)
+        if pop.n > 1 and pop.a * pop.n > _JS_SAFE_INT:
+            raise ValueError(f"id_range {lo}..{hi} is too wide for the script's id layout")
+        out.append(
+            {
+                "label": r.label,
+                "method": r.method,
+                "path": r.path,
+                "weight": r.weight,
+                "body": r.body
+                if r.body is not None
+                else ({"id": "{id}"} if r.method == "POST" else None),
+                "expectStatus": r.expect_status,
+                "expectJsonId": r.expect_json_id,
+                "low": lo,
+                "n": pop.n,
+                "a": pop.a,
+                "b": pop.b,
+                "known": pop.top(r.known_answers) if r.known_answers else [],
+            }
+        )
+    return out
+
+
+def _clients() -> list[dict[str, Any]]:
+    return [
+        {"weight": c.weight, "headers": [[k, v] for k, v in c.headers if k.lower() != "host"]}
+        for c in CLIENTS
     ]
-    if profile.expect_json_id:
-        checks.append(
-            "    'body id matches': (r) => {\n"
-            "      try {\n"
-            "        const doc = JSON.parse(r.body);\n"
-            "        return doc !== null && typeof doc === 'object' && doc.id === id;\n"
-            "      } catch (e) {\n"
-            "        return false;\n"
-            "      }\n"
-            "    },"
-        )
-    if profile.known_answers:
-        checks.append(
-            "    'matches the known answer': (r) => {\n"
-            "      const want = data.known[String(id)];\n"
-            "      if (want === undefined) return true;\n"
-            "      try {\n"
-            "        return canonical(JSON.parse(r.body)) === want;\n"
-            "      } catch (e) {\n"
-            "        return false;\n"
-            "      }\n"
-            "    },"
-        )
-    check_lines = "\n".join(checks)
-    known_ids = profile.known_ids() if profile.known_answers else []
+
+
+def render_k6_script(profile: LoadProfile, target_url: str, *, seed: int | None = None) -> str:
+    """A k6 script running ``profile`` against ``target_url`` (``SREFORGE_TARGET`` in the
+    environment overrides it). No thresholds: the harness judges, not k6's exit code.
+
+    As the built-in generator: a route of the mix by weight, an id by popularity (Zipf by
+    rejection-inversion over the same seeded layout, so ``seed`` fixes which ids are
+    popular and known), headers of a visitor drawn from the same pool of ordinary clients
+    (sreforge.load.identity), kept for a visit of geometric length. What k6 cannot do the
+    same: it orders the headers its own way, and a VU keeps its connection across visits.
+    """
+    if seed is None:
+        seed = secrets.randbelow(2**31)
+    routes = _routes(profile, seed)
+    target = target_url.rstrip("/")
     options = json.dumps(k6_options(profile), indent=2)
     return f"""\
 // Rendered by sreforge.load.k6 from a LoadProfile; do not edit by hand.
 import http from 'k6/http';
-import {{ check }} from 'k6';
+import {{ check, randomSeed }} from 'k6';
 
 const TARGET = (__ENV.SREFORGE_TARGET || {_js(target)}).replace(/\\/+$/, '');
-const METHOD = {_js(profile.method)};
-const PATH = {_js(profile.path)};
-const ID_LOW = {lo};
-const ID_HIGH = {hi};
-const EXPECT_STATUS = {profile.expect_status};
+const ROUTES = {_js(routes)};
+const CLIENTS = {_js(_clients())};
+const LANGUAGES = {_js([list(x) for x in LANGUAGES])};
+const POPULARITY = {_js(profile.popularity)};
+const EXPONENT = {_js(profile.zipf_exponent)};
+const NEW_VISIT = {_js(profile.new_connection_ratio)};
 const TIMEOUT = {_js(f"{profile.timeout_ms}ms")};
-const EXPECT_JSON_ID = {_js(profile.expect_json_id)};
-const KNOWN_IDS = {_js(known_ids)};
 const PARALLEL = {KNOWN_ANSWER_PARALLEL};
 const ATTEMPTS = {KNOWN_ANSWER_ATTEMPTS};
 
 export const options = {options};
 
-function urlOf(id) {{
-  return TARGET + PATH.split('{{id}}').join(String(id));
-}}
+randomSeed({seed});
 
-function bodyOf(id) {{
-  return METHOD === 'POST' ? JSON.stringify({{ id: id }}) : null;
-}}
-
-function paramsOf(tag) {{
-  const params = {{ timeout: TIMEOUT, tags: {{ name: tag }} }};
-  if (METHOD === 'POST') {{
-    params.headers = {{ 'Content-Type': 'application/json' }};
+function pick(items, weightOf) {{
+  let total = 0;
+  for (const item of items) total += weightOf(item);
+  let u = Math.random() * total;
+  for (const item of items) {{
+    u -= weightOf(item);
+    if (u < 0) return item;
   }}
-  return params;
+  return items[items.length - 1];
+}}
+
+// Zipf ranks by rejection-inversion (sreforge.load.popularity, the same arithmetic)
+function expm1OverX(x) {{ return Math.abs(x) > 1e-8 ? Math.expm1(x) / x : 1 + x / 2 + x * x / 6; }}
+function log1pOverX(x) {{ return Math.abs(x) > 1e-8 ? Math.log1p(x) / x : 1 - x / 2 + x * x / 3; }}
+function hOf(x) {{ return Math.exp(-EXPONENT * Math.log(x)); }}
+function bigH(x) {{ const l = Math.log(x); return expm1OverX((1 - EXPONENT) * l) * l; }}
+function bigHInv(y) {{
+  const t = Math.max(-1, y * (1 - EXPONENT));
+  return Math.exp(log1pOverX(t) * y);
+}}
+function zipfRank(n) {{
+  const hx1 = bigH(1.5) - 1;
+  const hn = bigH(n + 0.5);
+  const squeeze = 2 - bigHInv(bigH(2.5) - hOf(2));
+  for (;;) {{
+    const u = hn + Math.random() * (hx1 - hn);
+    const x = bigHInv(u);
+    const k = Math.min(n, Math.max(1, Math.round(x)));
+    if (k - x <= squeeze || u >= bigH(k + 0.5) - hOf(k)) return k;
+  }}
+}}
+
+function idOf(route) {{
+  if (route.n <= 1) return route.low;
+  if (POPULARITY === 'uniform') return route.low + Math.floor(Math.random() * route.n);
+  const rank = zipfRank(route.n);
+  return route.low + ((route.a * (rank - 1) + route.b) % route.n);
+}}
+
+function fill(value, id) {{
+  if (value === '{{id}}') return id;
+  if (typeof value === 'string') return value.split('{{id}}').join(String(id));
+  if (Array.isArray(value)) return value.map((v) => fill(v, id));
+  if (value !== null && typeof value === 'object') {{
+    const out = {{}};
+    for (const k of Object.keys(value)) out[k] = fill(value[k], id);
+    return out;
+  }}
+  return value;
+}}
+
+function urlOf(route, id) {{
+  return TARGET + route.path.split('{{id}}').join(String(id));
+}}
+
+function bodyOf(route, id) {{
+  return route.body === null ? null : JSON.stringify(fill(route.body, id));
+}}
+
+// A visitor per VU: a client of the pool and a language, kept for a geometric visit.
+let visitor = null;
+let visitLeft = 0;
+
+function headersOf(route) {{
+  if (visitor === null || visitLeft <= 0) {{
+    const client = pick(CLIENTS, (c) => c.weight);
+    const lang = pick(LANGUAGES, (l) => l[1])[0];
+    visitor = {{}};
+    for (const [name, value] of client.headers) visitor[name] = value.split('{{lang}}').join(lang);
+    visitLeft = 1;
+    while (NEW_VISIT > 0 && Math.random() >= NEW_VISIT) visitLeft += 1;
+  }}
+  visitLeft -= 1;
+  const headers = Object.assign({{}}, visitor);
+  if (route.body !== null) headers['Content-Type'] = 'application/json';
+  return headers;
+}}
+
+function paramsOf(route, tag) {{
+  return {{ timeout: TIMEOUT, tags: {{ name: tag }}, headers: headersOf(route) }};
 }}
 
 // JSON with object keys sorted: equal documents, equal strings
@@ -144,40 +232,73 @@ function canonical(value) {{
   return JSON.stringify(value);
 }}
 
-// Known answers (LoadProfile.known_answers), as the built-in generator learns them:
-// before the load, each known id is asked up to ATTEMPTS times, PARALLEL at a time; an
-// answer with the expected status (and its own id) is kept.
+function ownId(body, id) {{
+  try {{
+    const doc = JSON.parse(body);
+    return doc !== null && typeof doc === 'object' && doc.id === id;
+  }} catch (e) {{
+    return false;
+  }}
+}}
+
+// Known answers (each route's known_answers, its most popular ids), as the built-in
+// generator learns them: before the load, each known id is asked up to ATTEMPTS times,
+// PARALLEL at a time; an answer with the expected status (and its own id) is kept.
 export function setup() {{
   const known = {{}};
+  const todo = [];
+  ROUTES.forEach((route, r) => {{
+    known[route.label] = {{}};
+    for (const id of route.known) todo.push([r, id]);
+  }});
   for (let attempt = 0; attempt < ATTEMPTS; attempt++) {{
-    const todo = KNOWN_IDS.filter((id) => !(String(id) in known));
-    for (let i = 0; i < todo.length; i += PARALLEL) {{
-      const ids = todo.slice(i, i + PARALLEL);
-      const batch = ids.map((id) => [METHOD, urlOf(id), bodyOf(id), paramsOf('learn')]);
-      const answers = http.batch(batch);
-      answers.forEach((r, j) => {{
-        if (r.status !== EXPECT_STATUS) return;
+    const left = todo.filter(([r, id]) => !(String(id) in known[ROUTES[r].label]));
+    for (let i = 0; i < left.length; i += PARALLEL) {{
+      const batch = left.slice(i, i + PARALLEL);
+      const answers = http.batch(batch.map(([r, id]) => {{
+        const route = ROUTES[r];
+        return [route.method, urlOf(route, id), bodyOf(route, id), paramsOf(route, 'learn')];
+      }}));
+      answers.forEach((res, j) => {{
+        const [r, id] = batch[j];
+        const route = ROUTES[r];
+        if (res.status !== route.expectStatus) return;
+        if (route.expectJsonId && !ownId(res.body, id)) return;
         try {{
-          const doc = JSON.parse(r.body);
-          const own = doc !== null && typeof doc === 'object' && doc.id === ids[j];
-          if (EXPECT_JSON_ID && !own) return;
-          known[String(ids[j])] = canonical(doc);
+          known[route.label][String(id)] = canonical(JSON.parse(res.body));
         }} catch (e) {{
           // not JSON: not an answer to learn
         }}
       }});
     }}
   }}
-  console.log(`learned ${{Object.keys(known).length}} of ${{KNOWN_IDS.length}} known answers`);
+  let learned = 0;
+  for (const label of Object.keys(known)) learned += Object.keys(known[label]).length;
+  console.log(`learned ${{learned}} of ${{todo.length}} known answers`);
   return {{ known: known }};
 }}
 
 export default function (data) {{
-  const id = ID_LOW + Math.floor(Math.random() * (ID_HIGH - ID_LOW + 1));
-  const res = http.request(METHOD, urlOf(id), bodyOf(id), paramsOf(PATH));
-  check(res, {{
-{check_lines}
-  }});
+  const route = ROUTES.length === 1 ? ROUTES[0] : pick(ROUTES, (r) => r.weight);
+  const id = idOf(route);
+  const res = http.request(
+    route.method, urlOf(route, id), bodyOf(route, id), paramsOf(route, route.label)
+  );
+  const checks = {{}};
+  checks[`status is ${{route.expectStatus}}`] = (r) => r.status === route.expectStatus;
+  if (route.expectJsonId) checks['body id matches'] = (r) => ownId(r.body, id);
+  if (route.known.length) {{
+    checks['matches the known answer'] = (r) => {{
+      const want = data.known[route.label][String(id)];
+      if (want === undefined) return true;
+      try {{
+        return canonical(JSON.parse(r.body)) === want;
+      }} catch (e) {{
+        return false;
+      }}
+    }};
+  }}
+  check(res, checks);
 }}
 """
 
@@ -257,14 +378,14 @@ def _resources(profile: LoadProfile) -> dict[str, Any]:
 
 
 def render_k6_configmap(
-    name: str, namespace: str, profile: LoadProfile, target_url: str
+    name: str, namespace: str, profile: LoadProfile, target_url: str, *, seed: int | None = None
 ) -> dict[str, Any]:
     """The ConfigMap holding the script under ``script.js`` (mount it with render_k6_job)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "labels": _labels(name, "k6-script")},
-        "data": {SCRIPT_KEY: render_k6_script(profile, target_url)},
+        "data": {SCRIPT_KEY: render_k6_script(profile, target_url, seed=seed)},
     }
 
 
@@ -319,10 +440,14 @@ def render_generator_job(
     image: str,
     *,
     seed: int | None = None,
+    ids_seed: int | None = None,
+    probe: bool = False,
 ) -> dict[str, Any]:
     """A batch/v1 Job running the built-in generator (``python -m sreforge.load``) from the
     operator ``image``, with the security context of render_k6_job; it serves the
     ``sreforge_load_*`` series on ``:9100/metrics`` (container port named ``metrics``).
+    ``probe``: the profile's independent prober instead (``sreforge_probe_*``); give it
+    the load's ``ids_seed``.
 
     No ``--control-socket``: the Job never re-points its load, so it has no control
     surface at all; its port serves ``/metrics`` and a bare ``/healthz`` (the probe)."""
@@ -332,6 +457,8 @@ def render_generator_job(
         listen=f"0.0.0.0:{METRICS_PORT}",
         port_file="/tmp/sreforge-load.port",
         seed=seed,
+        ids_seed=ids_seed,
+        probe=probe,
         python="python",  # the image's interpreter
     )
     container = {
@@ -353,4 +480,5 @@ def render_generator_job(
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     volumes = [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}]
-    return _job(name, namespace, profile, "generator", GENERATOR_UID, container, volumes)
+    component = "prober" if probe else "generator"
+    return _job(name, namespace, profile, component, GENERATOR_UID, container, volumes)

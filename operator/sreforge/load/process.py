@@ -43,7 +43,8 @@ class GeneratorProcess:
 
     With ``control_socket`` (a path in a directory of the caller's; a stale socket there is
     removed first) it serves ``POST /target`` and ``GET /stats`` on that Unix socket, used
-    by :meth:`set_target` and :meth:`stats`; without it, nothing can re-point it. ``env``
+    by :meth:`set_target` and :meth:`stats`; without it, nothing can re-point it. ``probe``
+    starts the profile's prober instead (series ``sreforge_probe_*``). ``env``
     defaults to this process's environment with ``operator/`` (the directory holding the
     ``sreforge`` package) prepended to PYTHONPATH.
     """
@@ -57,6 +58,8 @@ class GeneratorProcess:
         listen: str = "127.0.0.1:0",
         control_socket: Path | str | None = None,
         seed: int | None = None,
+        ids_seed: int | None = None,
+        probe: bool = False,
         stderr: IO[bytes] | int | None = None,
         env: dict[str, str] | None = None,
         ready_timeout: float = 10.0,
@@ -78,6 +81,8 @@ class GeneratorProcess:
                 port_file=self.port_file,
                 control_socket=self.control_socket,
                 seed=seed,
+                ids_seed=ids_seed,
+                probe=probe,
             ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -1,6 +1,11 @@
 """The mitigation sub-oracle (v1): did the fix clear the alert and hold it under load?
 
 Pure: its finding can be recomputed from record.json. Missing telemetry is never a clear.
+
+Beyond the seed's v1 weights (docs/oracle.md): a clear counts only while the independent
+prober is served too, and a page-severity alert other than the target that begins after
+the redeploy, or is still firing once the clear budget is spent, fails the run closed
+(NewAlerts); a ticket-severity one only costs the no_new_alerts credit.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class SampleState(StrEnum):
     CLEAR = "clear"  # valid telemetry, load delivered, target alert not firing
     FIRING = "firing"  # valid telemetry, target alert firing
     LOAD = "load-not-delivered"  # the service shed, dropped or failed the load
+    PROBE = "probe-failing"  # the independent prober is not served: not every client is
     DOWN = "service-down"  # the service's scrape target or the alert's series vanished
     HARNESS = "harness-fault"  # Prometheus or the load generator could not be observed
 
@@ -55,12 +61,19 @@ def classify(sample: AlertSample, target_alert: str, verify: VerifySpec) -> Samp
         or load.success_ratio < verify.min_success_ratio
     ):
         return SampleState.LOAD
+    probe = sample.probe
+    if probe is not None:  # a run with a prober: its view must hold too
+        if probe.success_ratio is None:
+            return SampleState.HARNESS
+        if probe.success_ratio < verify.min_success_ratio:
+            return SampleState.PROBE
     return SampleState.CLEAR
 
 
 _STATE_REASON = {
     SampleState.FIRING: Reason.REFIRED,
     SampleState.LOAD: Reason.LOAD_NOT_DELIVERED,
+    SampleState.PROBE: Reason.NOT_CLEARED,
     SampleState.DOWN: Reason.NOT_CLEARED,
     SampleState.HARNESS: Reason.INCONCLUSIVE,
 }
@@ -85,6 +98,25 @@ def _new_alerts(obs: VerifyObservations) -> list[str]:
             if name != obs.target_alert and name not in seen:
                 seen.append(name)
     return seen
+
+
+def _paging(obs: VerifyObservations, verify: VerifySpec, new_alerts: Sequence[str]) -> list[str]:
+    """Page-severity alerts other than the target that fail the fix: one whose firing
+    episode began after the redeploy, or one still firing once the clear budget is spent
+    (an alert of the old build that the fix left firing: users still hurt)."""
+    if obs.redeployed_at is None:
+        return []
+    lingering_after = obs.redeployed_at + verify.clear_budget_seconds
+    out: list[str] = []
+    for s in obs.samples:
+        if s.firing is None or s.t < obs.redeployed_at:
+            continue
+        for name in sorted(s.pages & s.firing):
+            if name == obs.target_alert or name in out:
+                continue
+            if name in new_alerts or s.t > lingering_after:
+                out.append(name)
+    return out
 
 
 def _signals(
@@ -262,6 +294,8 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
     samples = sorted((s for s in obs.samples if s.t >= t0), key=lambda s: s.t)
     states = [classify(s, obs.target_alert, verify) for s in samples]
     new_alerts = _new_alerts(obs.model_copy(update={"samples": samples}))
+    pages = _paging(obs.model_copy(update={"samples": samples}), verify, new_alerts)
+    new_alerts += [name for name in pages if name not in new_alerts]
     max_gap = MAX_GAP_INTERVALS * verify.sample_interval_seconds
     budget_end = t0 + verify.clear_budget_seconds
 
@@ -278,6 +312,12 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
         before = [st for s, st in zip(samples, states, strict=True) if s.t <= budget_end]
         if SampleState.HARNESS in before or not before:
             reason, msg = Reason.INCONCLUSIVE, "telemetry was missing before any clear was seen"
+        elif SampleState.PROBE in before and SampleState.LOAD not in before:
+            reason = Reason.NOT_CLEARED
+            msg = (
+                f"{obs.target_alert} was only ever absent while the independent prober's "
+                "answers failed: the service does not serve every client"
+            )
         elif SampleState.LOAD in before:
             reason = Reason.LOAD_NOT_DELIVERED
             msg = (
@@ -329,6 +369,13 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
             msg = f"the sustained window was observed only to +{last_t - cleared_at:.0f}s"
     if sustained:
         msg = f"clear for the whole {verify.sustain_seconds}s window under load"
+    if fail_reason is None and pages:
+        # fail closed: user-facing breakage elsewhere in the service (docs/oracle.md)
+        fail_reason = Reason.NEW_ALERTS
+        msg = (
+            f"page-severity alert {', '.join(pages)} fired after the redeploy: the fix "
+            "breaks or leaves broken another part of the service"
+        )
     details[SignalName.SUSTAINED_CLEAR] = msg
     signals = _signals(
         verify,

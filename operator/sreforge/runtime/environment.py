@@ -9,6 +9,7 @@ business (`sreforge.runtime.local.LocalRun`), not this module's.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import shutil
 import socket
 import subprocess
@@ -27,7 +28,7 @@ from sreforge.runtime import ci, contention
 from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter, ScrapeProxy
 from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_command
 from sreforge.runtime.prometheus import PrometheusServer
-from sreforge.telemetry import LOAD_JOB, Telemetry
+from sreforge.telemetry import LOAD_JOB, PROBE_JOB, Telemetry
 
 # How long a swap waits for Prometheus to scrape the new build before stopping the old.
 SCRAPE_SWITCH_SECONDS = 10.0
@@ -48,6 +49,11 @@ SERIES = {
     "error_ratio": (
         'sum(rate(sreforge_load_requests_total{job="loadgen",outcome!="success"}[10s]))'
         ' / sum(rate(sreforge_load_requests_total{job="loadgen"}[10s]))'
+    ),
+    # The independent prober's share of good answers (job="prober").
+    "probe_success_ratio": (
+        'sum(rate(sreforge_probe_requests_total{job="prober",outcome="success"}[30s]))'
+        ' / sum(rate(sreforge_probe_requests_total{job="prober"}[30s]))'
     ),
     # The harness exporter's view of the service process (job="harness").
     "target_memory_rss_bytes": f'max(sreforge_target_memory_rss_bytes{{job="{HARNESS_JOB}"}})',
@@ -81,6 +87,12 @@ class LocalEnvironment:
         self.loadgen: Managed | None = None
         self.loadgen_port = 0
         self.loadgen_socket: Path | None = None
+        # the independent prober: the same mix at a low rate, its own identity and series
+        self.prober: Managed | None = None
+        self.prober_port = 0
+        self.prober_socket: Path | None = None
+        # which ids are popular this run: drawn once, shared by the load and the prober
+        self.ids_seed = secrets.randbelow(2**31)
         self.prom: PrometheusServer | None = None
         self.cpu = contention.CpuMeter()  # CPU spent outside this run's process tree
         self.telemetry: Telemetry | None = None
@@ -154,11 +166,16 @@ class LocalEnvironment:
             self.harness.follow(self.scenario.service.name, new.pid)
         assert self.scrape is not None
         self.scrape.point(port)
-        if self.loadgen is not None and self.loadgen_socket is not None:
-            try:  # over the generator's control socket: no network path can re-point it
-                load_control.set_target(self.loadgen_socket, f"http://127.0.0.1:{port}")
+        for what, client, sock in (
+            ("load generator", self.loadgen, self.loadgen_socket),
+            ("prober", self.prober, self.prober_socket),
+        ):
+            if client is None or sock is None:
+                continue
+            try:  # over the client's control socket: no network path can re-point it
+                load_control.set_target(sock, f"http://127.0.0.1:{port}")
             except OSError as exc:
-                raise ProcessError(f"the load generator did not move to {port}: {exc}") from exc
+                raise ProcessError(f"the {what} did not move to {port}: {exc}") from exc
         switched = time.time()
         if old is not None:
             self.await_scrape(port)
@@ -227,16 +244,18 @@ class LocalEnvironment:
         self.scrape = ScrapeProxy(svc.name)
         self.scrape.start()
         loadgen_port = free_port()
+        prober_port = free_port()
         self.prom = PrometheusServer(
             self.dir / "prometheus",
             [self.scenario.rules_path],
-            [svc.name, LOAD_JOB, HARNESS_JOB, *upstream_targets],
+            [svc.name, LOAD_JOB, PROBE_JOB, HARNESS_JOB, *upstream_targets],
         )
         # Every target is known before Prometheus starts: its first discovery finds them
         # all, and none waits for the discovery manager's throttle after a later change.
         self.prom.set_targets(HARNESS_JOB, [self.harness.address])
         self.prom.set_targets(svc.name, [self.scrape.address])  # stable: swaps never touch it
         self.prom.set_targets(LOAD_JOB, [f"127.0.0.1:{loadgen_port}"])
+        self.prom.set_targets(PROBE_JOB, [f"127.0.0.1:{prober_port}"])
         for job, address in upstream_targets.items():
             self.prom.set_targets(job, [address])
         self.prom.start()
@@ -248,31 +267,53 @@ class LocalEnvironment:
         t_healthy = time.time()
         self.swap_service(self.healthy, "healthy")
         self.wall["healthyStart"] = time.time() - t_healthy
-        port_file = self.dir / "loadgen.port"
-        # the control socket lives outside the run directory, in a 0700 folder of its own
-        self.loadgen_socket = Path(tempfile.mkdtemp(prefix="sreforge-ctl-")) / "load.sock"
-        self.loadgen = self._spawn(
-            "loadgen",
-            generator_argv(
-                self.scenario.load,
-                f"http://127.0.0.1:{self.service_port}",
-                listen=f"127.0.0.1:{loadgen_port}",
-                port_file=port_file,
-                control_socket=self.loadgen_socket,
-            ),
-            env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        # the control sockets live outside the run directory, in a 0700 folder of their own
+        controls = Path(tempfile.mkdtemp(prefix="sreforge-ctl-"))
+        self.loadgen_socket = controls / "load.sock"
+        self.prober_socket = controls / "probe.sock"
+        self.loadgen, self.loadgen_port = self._start_client(
+            "loadgen", loadgen_port, self.loadgen_socket, probe=False
         )
-        self.loadgen_port = int(self.loadgen.wait_file(port_file, 20))
+        self.prober, self.prober_port = self._start_client(
+            "prober", prober_port, self.prober_socket, probe=True
+        )
         deadline = time.monotonic() + 30
-        while self.telemetry.load() is None:  # the first scrape with a rate
+        while self.telemetry.load() is None or self._probe_unseen():  # first scrapes with rates
             if time.monotonic() > deadline:
-                raise ProcessError("Prometheus saw no load-generator metrics within 30s")
+                raise ProcessError("Prometheus saw no load-generator or prober metrics in 30s")
             time.sleep(0.5)
         self.say("waiting for the healthy build to warm up (target alert quiet)")
         self.wall["warmup"] = self._wait_quiet()
         if self.control_seconds:
             self._control_window()
         self.wall["setup"] = time.time() - t0
+
+    def _probe_unseen(self) -> bool:
+        assert self.telemetry is not None
+        probe = self.telemetry.probe()
+        return probe is None or probe.success_ratio is None
+
+    def _start_client(
+        self, name: str, port: int, socket_path: Path, *, probe: bool
+    ) -> tuple[Managed, int]:
+        """Start the load generator or the prober against the current build; both draw
+        their ids from the run's one popularity layout (`ids_seed`)."""
+        port_file = self.dir / f"{name}.port"
+        proc = self._spawn(
+            name,
+            generator_argv(
+                self.scenario.load,
+                f"http://127.0.0.1:{self.service_port}",
+                listen=f"127.0.0.1:{port}",
+                port_file=port_file,
+                control_socket=socket_path,
+                seed=secrets.randbelow(2**31),
+                ids_seed=self.ids_seed,
+                probe=probe,
+            ),
+            env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+        return proc, int(proc.wait_file(port_file, 20))
 
     def _start_upstreams(self) -> dict[str, str]:
         """Start every upstream service from a copy of its tree; returns job -> host:port."""

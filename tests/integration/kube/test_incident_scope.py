@@ -1,4 +1,4 @@
-"""Two Incidents on one shared Prometheus: each reads only its own alerts and load.
+"""Two Incidents on one shared Prometheus: each reads only its own alerts, load and prober.
 
 The control plane is real (tests/kubeenv.py, no kwok); the node is the kubelet + kube-proxy
 stand-in of tests/standin (pods run as local processes), whose Prometheus (Debian's) labels
@@ -7,14 +7,14 @@ scenario from the pod's sreforge.dev/incident and sreforge.dev/scenario labels) 
 the rules of both Incidents' scenarios. No
 operator process runs: each Incident is injected by the operator's own code
 (`IncidentRun.inject`: the regressed image and the Incident's label on the target's pod
-template, then the built-in generator's load Job), and read through the operator's own
-`IncidentRun.telemetry`.
+template, then the built-in generator's load Job and the prober's), and read through the
+operator's own `IncidentRun.telemetry`.
 
 The two Incidents run two scenarios, copies of latency-cache-stampede (its rules read
 only the copy's own scenario) whose load asks a path its target serves (A) or one it does
 not (B): B's error alert fires, A's does not.
-A's Telemetry sees neither B's alert nor B's load; an unscoped one (what every Incident
-read before) sees both. Takes ~40 s.
+A's Telemetry sees neither B's alert nor B's load nor B's prober; an unscoped one (what
+every Incident read before) sees both. Takes ~40 s.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.config import kube_config
 from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
 from tests.standin import Image, StandIn, operator_image
 from tests.standin import wait_until as wait_for
@@ -52,22 +51,22 @@ INCIDENTS = {
 
 
 def scenario_copy(root: Path, name: str, path: str, rate: int) -> None:
-    """latency-cache-stampede under another name, with a load of `rate` asking `path` (and
-    rules that read the copy's series, not latency-cache-stampede's)."""
+    """latency-cache-stampede under another name, with a load (and prober) of one route,
+    "product" (the route its rules read), at `rate` asking `path` (and rules that read the
+    copy's series, not latency-cache-stampede's)."""
     dest = root / name
     shutil.copytree(STAMPEDE, dest)
     toml = dest / "scenario.toml"
     text = toml.read_text()
-    for old, new in (
-        ('name = "latency-cache-stampede"', f'name = "{name}"'),
-        ("rate = 50 ", f"rate = {rate} "),
-        ('path = "/products/{id}"', f'path = "{path}"'),
-        ("id_range = [1, 300]", "id_range = [1, 1]"),
-        ("known_answers = 300 ", "known_answers = 0 "),
-    ):
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    toml.write_text(text)
+    old = 'name = "latency-cache-stampede"'
+    assert old in text, old
+    text = text.replace(old, f'name = "{name}"', 1)
+    start, end = text.index("\n[load]\n"), text.index("\n[verify]\n")
+    load = (
+        f"\n[load]\nrate = {rate}\nmax_in_flight = 200\ntimeout_ms = 2000\nid_range = [1, 1]\n"
+        f'\n[[load.routes]]\nname = "product"\npath = "{path}"\nexpect_json_id = true\n'
+    )
+    toml.write_text(text[:start] + load + text[end:])
     rules = dest / "rules.yml"
     own = 'scenario=~"latency-cache-stampede|"'
     assert own in rules.read_text()
@@ -156,8 +155,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         cp.install_crds()
         cp.kubectl("create", "namespace", NS)
         mp.setenv("KUBECONFIG", str(cp.kubeconfig))
-        # the client read $KUBECONFIG once, at import: an earlier module's would win
-        mp.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cp.kubeconfig))
         kube = Kube()
         cfg = OperatorConfig(scenarios_dir=scenarios, operator_image=OPERATOR)
         yield {"cp": cp, "node": node, "kube": kube, "cfg": cfg}
@@ -202,9 +199,16 @@ def test_an_incident_reads_only_its_own_alerts_and_load(env: dict[str, Any]) -> 
     wait_for(f"{ERROR_ALERT} to fire for inc-b", b_fires, timeout=90)
     # while B's alert fires, with both loads running
     wait_for("both loads to be scraped", lambda: a.load() is not None and b.load() is not None)
+
+    def probed(t: Telemetry) -> bool:
+        got = t.probe()
+        return got is not None and got.success_ratio is not None
+
+    wait_for("both probers to be scraped", lambda: probed(a) and probed(b))
     seen = a.alerts()
     everyone = unscoped.alerts()
     load_a, load_b, load_all = a.load(), b.load(), unscoped.load()
+    probe_a, probe_b, probe_all = a.probe(), b.probe(), unscoped.probe()
     sample_a = a.sample()
 
     assert seen == (frozenset(), frozenset()), seen  # nothing of B's, and A is healthy
@@ -218,8 +222,17 @@ def test_an_incident_reads_only_its_own_alerts_and_load(env: dict[str, Any]) -> 
     assert load_b.success_ratio == 0.0
     assert load_all.success_ratio is not None
     assert 0.0 < load_all.success_ratio < 1.0  # unscoped: both loads mixed
+    # each Incident's own prober (its Job's pods carry the Incident's labels, like the load's)
+    assert probe_a is not None
+    assert probe_b is not None
+    assert probe_all is not None
+    assert (probe_a.success_ratio, probe_b.success_ratio) == (1.0, 0.0)
+    assert probe_all.success_ratio is not None
+    assert 0.0 < probe_all.success_ratio < 1.0  # unscoped: both probers mixed
     # A's own series: its target pod (labelled on injection) is up, its load series exist
     assert sample_a.firing == frozenset()
+    assert sample_a.probe is not None
+    assert sample_a.probe.success_ratio == 1.0
     assert sample_a.service_up
     assert sample_a.target_series_present
 

@@ -87,14 +87,19 @@ def test_the_targets_pods_carry_the_incident_while_it_runs_and_lose_it_after() -
     gone = render.overlay_template(over, "catalog", CFG, None, None, None, [])
     assert gone["spec"]["template"]["metadata"]["labels"] == labels
     assert dep["spec"]["template"]["metadata"]["labels"] == labels  # the input is not changed
-    # the load's pods and the CI's carry the same labels
-    (job,) = render.render_load(INCIDENT, SCENARIO.load, "http://catalog:8080", "builtin", CFG)
-    pod_labels = job["spec"]["template"]["metadata"]["labels"]
-    assert pod_labels[config.INCIDENT_LABEL] == "inc"
-    assert pod_labels[config.SCENARIO_LABEL] == SCENARIO.name
-    k6_objs = render.render_load(INCIDENT, SCENARIO.load, "http://catalog:8080", "k6", CFG)
-    k6_labels = k6_objs[-1]["spec"]["template"]["metadata"]["labels"]
-    assert k6_labels[config.SCENARIO_LABEL] == SCENARIO.name
+    # the load's pods, the prober's (either runner) and the CI's carry the same labels
+    for runner in ("builtin", "k6"):
+        objs = render.render_load(INCIDENT, SCENARIO.load, "http://catalog:8080", runner, CFG)
+        jobs = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Job"}
+        assert sorted(jobs) == sorted([render.load_job_name("inc"), render.probe_job_name("inc")])
+        for name, app in (
+            (render.load_job_name("inc"), "loadgen"),
+            (render.probe_job_name("inc"), "prober"),
+        ):
+            pod_labels = jobs[name]["spec"]["template"]["metadata"]["labels"]
+            assert pod_labels[config.INCIDENT_LABEL] == "inc", (runner, name)
+            assert pod_labels[config.SCENARIO_LABEL] == SCENARIO.name, (runner, name)
+            assert pod_labels["app"] == app, (runner, name)  # the scrape's `job`
     ci = render.render_ci_job(INCIDENT, "sub-1", SCENARIO, CFG, "inc-patch-sub-1")
     ci_labels = ci["spec"]["template"]["metadata"]["labels"]
     assert ci_labels[config.INCIDENT_LABEL] == "inc"

@@ -480,9 +480,13 @@ def test_prometheus_scrapes_annotated_catalog_pod(api: Api, node: StandIn) -> No
     assert '"id": 7' in http_get(port, "/products/7").replace('"id":7', '"id": 7')
 
 
-def test_load_generator_job_through_service_seen_as_loadgen(api: Api, node: StandIn) -> None:
+def test_load_and_prober_jobs_through_service_seen_as_loadgen_and_prober(
+    api: Api, node: StandIn
+) -> None:
     """render_generator_job (the operator image's `python -m sreforge.load`) against the
-    catalog through its Service; its pod is scraped as job="loadgen"."""
+    catalog through its Service, as the load's Job and as the independent prober's (the
+    same mix over one id layout): their pods are scraped as job="loadgen" and
+    job="prober", each with its own series."""
     wait_for("Deployment catalog to be Available", lambda: available(api, "catalog"))
     # a rate and id range the catalog serves on a busy 2-core machine (each first
     # lookup of an id costs it ~0.2 s of CPU): what is tested is the path, not capacity
@@ -493,35 +497,45 @@ def test_load_generator_job_through_service_seen_as_loadgen(api: Api, node: Stan
         id_range=(1, 20),
         expect_json_id=True,
         timeout_ms=5000,
+        probe_rate=2,
     )
     target = f"http://catalog.{NS}.svc.cluster.local:8080"
-    j = render_generator_job("loadgen", NS, profile, target, OPERATOR, seed=1)
-    tmpl = j["spec"]["template"]["metadata"]
-    tmpl["labels"]["app"] = "loadgen"
-    tmpl["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": "9100"}
-    api.request("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", j)
-    wait_for(
-        'Prometheus to see successful requests of job="loadgen"',
-        lambda: [
-            r
-            for r in query(
-                node,
-                f'sreforge_load_requests_total{{job="loadgen",namespace="{NS}",outcome="success"}}',
-            )
-            if float(r["value"][1]) >= 10
-        ],
-    )
-    condition = wait_for("the loadgen Job to finish", lambda: job_condition(api, "loadgen"))
-    assert condition == "Complete"
-    # the last scrape before the generator exited: the proxy never refused a request
-    # and the requests reached a catalog pod that answered with the right product
-    last = {
-        r["metric"]["outcome"]: float(r["value"][1])
-        for r in query(node, 'max_over_time(sreforge_load_requests_total{job="loadgen"}[10m])')
-    }
-    assert last.get("connect_error", 0) == 0, last
-    assert last.get("invalid", 0) == last.get("http_error", 0) == 0, last
-    assert last.get("success", 0) >= 0.5 * sum(last.values()), last
+    for name, probe in (("loadgen", False), ("prober", True)):
+        j = render_generator_job(name, NS, profile, target, OPERATOR, ids_seed=1, probe=probe)
+        tmpl = j["spec"]["template"]["metadata"]
+        tmpl["labels"]["app"] = name  # as render_load labels them: the scrape's job
+        tmpl["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": "9100"}
+        api.request("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", j)
+    for job, series, least in (
+        ("loadgen", "sreforge_load_requests_total", 10),
+        ("prober", "sreforge_probe_requests_total", 4),
+    ):
+        wait_for(
+            f'Prometheus to see successful requests of job="{job}"',
+            lambda job=job, series=series, least=least: [
+                r
+                for r in query(node, f'{series}{{job="{job}",namespace="{NS}",outcome="success"}}')
+                if float(r["value"][1]) >= least
+            ],
+        )
+    # each Job's own series only: the load's pod exports no prober series, and back
+    assert not query(node, 'sreforge_probe_requests_total{job="loadgen"}')
+    assert not query(node, 'sreforge_load_requests_total{job="prober"}')
+    for job, series in (
+        ("loadgen", "sreforge_load_requests_total"),
+        ("prober", "sreforge_probe_requests_total"),
+    ):
+        condition = wait_for(f"the {job} Job to finish", lambda job=job: job_condition(api, job))
+        assert condition == "Complete", job
+        # the last scrape before the generator exited: the proxy never refused a request
+        # and the requests reached a catalog pod that answered with the right product
+        last = {
+            r["metric"]["outcome"]: float(r["value"][1])
+            for r in query(node, f'max_over_time({series}{{job="{job}"}}[10m])')
+        }
+        assert last.get("connect_error", 0) == 0, (job, last)
+        assert last.get("invalid", 0) == last.get("http_error", 0) == 0, (job, last)
+        assert last.get("success", 0) >= 0.5 * sum(last.values()), (job, last)
 
 
 def test_deleting_the_deployment_stops_its_processes(api: Api, node: StandIn) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,7 +32,10 @@ class Kube:
         from kubernetes import client, config  # noqa: PLC0415
 
         try:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
+            # $KUBECONFIG as it is now: the library reads it once, when first imported
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=os.environ.get("KUBECONFIG")
+            )
         except config.ConfigException:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
         # Any: this module passes and reads plain dicts, not the client's model classes
@@ -46,7 +50,9 @@ class Kube:
         from kubernetes import config  # noqa: PLC0415
 
         try:
-            _, ctx = config.list_kube_config_contexts()  # type: ignore[no-untyped-call]
+            _, ctx = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+                config_file=os.environ.get("KUBECONFIG")
+            )
             return str((ctx or {}).get("context", {}).get("namespace") or "default")
         except config.ConfigException:
             return "default"

@@ -39,6 +39,7 @@ from sreforge.runtime.kube.render import (
     overlay_template,
     patch_cm_name,
     patch_configmap,
+    probe_job_name,
     render_ci_job,
     render_load,
     target_container,
@@ -450,6 +451,7 @@ class IncidentRun:
         assert verdict is not None
         self.p.finished = True
         self.kube.delete_job(self.ns, load_job_name(self.name))
+        self.kube.delete_job(self.ns, probe_job_name(self.name))
         self._persist(
             [
                 condition("AwaitingSubmission", False, "Finished", "the run is over"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import secrets
 import shlex
 from typing import Any
 
@@ -116,6 +117,11 @@ def load_job_name(incident: str) -> str:
     return child_name(incident, "load")
 
 
+def probe_job_name(incident: str) -> str:
+    """The independent prober's Job."""
+    return child_name(incident, "probe")
+
+
 def render_load(
     incident: dict[str, Any],
     profile: LoadProfile,
@@ -123,44 +129,68 @@ def render_load(
     runner: str,
     cfg: OperatorConfig,
 ) -> list[dict[str, Any]]:
-    """The load's objects: [Job] for the built-in generator, [ConfigMap, Job] for k6.
+    """The load's objects: [Job] for the built-in generator, [ConfigMap, Job] for k6, then
+    the independent prober's Job (the built-in generator as `--series probe`, pods labelled
+    `app: prober`), whichever runner drives the load: both draw ids from one layout.
 
-    The pods carry `app: loadgen`, the Incident and its scenario (SCENARIO_LABEL) and
-    Prometheus scrape annotations; the built-in generator listens on $PORT when the node
-    sets it (contract.md item 3), else on 9100.
+    The pods carry `app: loadgen` (the prober's `app: prober`), the Incident and its
+    scenario (SCENARIO_LABEL) and Prometheus scrape annotations; the built-in generator
+    listens on $PORT when the node sets it (contract.md item 3), else on 9100.
     """
     name = incident["metadata"]["name"]
     ns = incident["metadata"]["namespace"]
     job_name = load_job_name(name)
+    ids_seed = secrets.randbelow(2**31)  # which ids are popular: one layout for both
     objs: list[dict[str, Any]] = []
     if runner == "k6":
         cm_name = child_name(name, "k6-script")
-        objs.append(
-            _adopt(k6.render_k6_configmap(cm_name, ns, profile, target_url), incident, "load")
-        )
+        cm = k6.render_k6_configmap(cm_name, ns, profile, target_url, seed=ids_seed)
+        objs.append(_adopt(cm, incident, "load"))
         job = k6.render_k6_job(job_name, ns, profile, target_url, cm_name)
     else:
-        job = k6.render_generator_job(job_name, ns, profile, target_url, cfg.operator_image)
-        box = job["spec"]["template"]["spec"]["containers"][0]
-        argv = list(box["command"])
-        i = argv.index("--listen")
-        argv[i + 1] = "LISTEN"
-        shell = shlex.join(argv).replace(
-            "LISTEN", f'"${{HOST:-0.0.0.0}}:${{PORT:-{k6.METRICS_PORT}}}"'
-        )
-        box["command"] = ["sh", "-c", "exec " + shell]
-        job["spec"]["template"]["metadata"]["annotations"] = {
-            "prometheus.io/scrape": "true",
-            "prometheus.io/port": str(k6.METRICS_PORT),
-            "prometheus.io/path": "/metrics",
-        }
+        job = _generator_job(job_name, ns, profile, target_url, cfg, ids_seed, probe=False)
     _adopt(job, incident, "load")
     tmpl_labels = job["spec"]["template"]["metadata"].setdefault("labels", {})
     tmpl_labels.update(labels_for(name, "load"))
     tmpl_labels[SCENARIO_LABEL] = incident["spec"]["scenario"]
     tmpl_labels["app"] = "loadgen"
     objs.append(job)
+    probe = _generator_job(probe_job_name(name), ns, profile, target_url, cfg, ids_seed, probe=True)
+    _adopt(probe, incident, "probe")
+    tmpl_labels = probe["spec"]["template"]["metadata"].setdefault("labels", {})
+    tmpl_labels.update(labels_for(name, "probe"))
+    tmpl_labels[SCENARIO_LABEL] = incident["spec"]["scenario"]
+    tmpl_labels["app"] = "prober"
+    objs.append(probe)
     return objs
+
+
+def _generator_job(  # noqa: PLR0917 (private to render_load)
+    job_name: str,
+    ns: str,
+    profile: LoadProfile,
+    target_url: str,
+    cfg: OperatorConfig,
+    ids_seed: int,
+    *,
+    probe: bool,
+) -> dict[str, Any]:
+    """The built-in generator (or prober) as a Job listening on the node's $PORT."""
+    job = k6.render_generator_job(
+        job_name, ns, profile, target_url, cfg.operator_image, ids_seed=ids_seed, probe=probe
+    )
+    box = job["spec"]["template"]["spec"]["containers"][0]
+    argv = list(box["command"])
+    i = argv.index("--listen")
+    argv[i + 1] = "LISTEN"
+    shell = shlex.join(argv).replace("LISTEN", f'"${{HOST:-0.0.0.0}}:${{PORT:-{k6.METRICS_PORT}}}"')
+    box["command"] = ["sh", "-c", "exec " + shell]
+    job["spec"]["template"]["metadata"]["annotations"] = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(k6.METRICS_PORT),
+        "prometheus.io/path": "/metrics",
+    }
+    return job
 
 
 def overlay_init_containers(  # noqa: PLR0917 (private to this module's renderers)
