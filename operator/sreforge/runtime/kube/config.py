@@ -35,6 +35,7 @@ FILES_KEY = "files.txt"  # beside the vetted patch: the paths it changes, one a 
 TERMINATION_LOG = "/dev/termination-log"
 SRC_VOLUME = "sreforge-src"
 PATCH_VOLUME = "sreforge-patch"
+TMP_VOLUME = "sreforge-tmp"  # the overlay init containers' /tmp: their root is read-only
 OVERLAY_SRC = "/sreforge/src"
 OVERLAY_PATCH = "/sreforge/patch"
 

@@ -25,6 +25,7 @@ from sreforge.runtime.kube.config import (
     ROLE_LABEL,
     SRC_VOLUME,
     TERMINATION_LOG,
+    TMP_VOLUME,
     OperatorConfig,
 )
 
@@ -139,6 +140,9 @@ def render_load(
             "prometheus.io/port": str(k6.METRICS_PORT),
             "prometheus.io/path": "/metrics",
         }
+    for box in job["spec"]["template"]["spec"]["containers"]:
+        # the root is read-only: HOME in the Job's writable /tmp (emptyDir)
+        box.setdefault("env", []).append({"name": "HOME", "value": "/tmp"})
     _adopt(job, incident, "load")
     tmpl_labels = job["spec"]["template"]["metadata"].setdefault("labels", {})
     tmpl_labels.update(labels_for(name, "load"))
@@ -159,7 +163,9 @@ def overlay_init_containers(  # noqa: PLR0917 (private to this module's renderer
     env: list[dict[str, str]],
 ) -> list[dict[str, Any]]:
     """Two init containers: copy the service image's source to `src` (an emptyDir), then
-    apply the patch there with the operator image (vetted again: protected paths)."""
+    apply the patch there with the operator image (vetted again: protected paths). Their
+    root filesystem is read-only: `mounts` must hold a writable /tmp (vet_patch makes a
+    temporary directory; `env` sets HOME there)."""
     flags: list[str] = []
     for p in protected:
         flags += ["--protected", p]
@@ -169,6 +175,7 @@ def overlay_init_containers(  # noqa: PLR0917 (private to this module's renderer
             "name": f"{prefix}source",
             "image": image,
             "command": ["cp", "-R", f"{cfg.source_dir}/.", src],
+            "env": env,
             "securityContext": container_security(),
             "volumeMounts": mounts,
         },
@@ -288,7 +295,9 @@ def overlay_template(  # noqa: PLR0917 (one call shape: the driver's)
         c for c in spec.get("initContainers") or [] if not c["name"].startswith("sreforge-")
     ]
     spec["volumes"] = [
-        v for v in spec.get("volumes") or [] if v["name"] not in (SRC_VOLUME, PATCH_VOLUME)
+        v
+        for v in spec.get("volumes") or []
+        if v["name"] not in (SRC_VOLUME, PATCH_VOLUME, TMP_VOLUME)
     ]
     annotations = tmpl.setdefault("metadata", {}).setdefault("annotations", {})
     annotations.pop(OVERLAY_ANNOTATION, None)
@@ -312,9 +321,11 @@ def overlay_template(  # noqa: PLR0917 (one call shape: the driver's)
         return d
     annotations[OVERLAY_ANNOTATION] = submission or patch_cm
     src_mount = {"name": SRC_VOLUME, "mountPath": "/sreforge/src"}
+    tmp_mount = {"name": TMP_VOLUME, "mountPath": "/tmp"}
     spec["volumes"] += [
         {"name": SRC_VOLUME, "emptyDir": {"sizeLimit": "512Mi"}},
         {"name": PATCH_VOLUME, "configMap": {"name": patch_cm}},
+        {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
     ]
     spec.setdefault("initContainers", []).extend(
         overlay_init_containers(
@@ -322,7 +333,7 @@ def overlay_template(  # noqa: PLR0917 (one call shape: the driver's)
             cfg,
             regressed,
             OVERLAY_SRC,
-            [src_mount],
+            [src_mount, tmp_mount],
             f"{OVERLAY_PATCH}/{PATCH_KEY}",
             {"name": PATCH_VOLUME, "mountPath": OVERLAY_PATCH},
             protected,
