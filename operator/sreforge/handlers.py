@@ -22,7 +22,7 @@ from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import OperatorConfig
 from sreforge.runtime.kube.incident import IncidentRun, restore_on_delete
 from sreforge.runtime.kube.intake import admit_submission
-from sreforge.runtime.kube.status import condition
+from sreforge.runtime.kube.status import condition, refused
 
 _kube: Kube | None = None
 _lock = threading.Lock()
@@ -68,7 +68,10 @@ def incident_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, logger: Any, *
             INCIDENT_PLURAL,
             ns,
             name,
-            [condition("Succeeded", False, "InvalidScenario", str(exc)[:4000])],
+            [
+                condition("Finished", True, "InvalidScenario", str(exc)[:4000]),
+                condition("Succeeded", False, "InvalidScenario", str(exc)[:4000]),
+            ],
             {"phase": "Failed"},
         )
         return
@@ -117,7 +120,7 @@ def submission_created(body: kopf.Body, **_: Any) -> None:
             SUBMISSION_PLURAL,
             meta["namespace"],
             meta["name"],
-            [condition("Accepted", False, "InvalidSpec", str(exc)[:4000])],
+            refused("InvalidSpec", str(exc)[:4000]),
         )
 
 

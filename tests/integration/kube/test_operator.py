@@ -282,6 +282,9 @@ def test_incident_is_injected_with_owned_secure_load_job(env: dict[str, Any]) ->
     assert st["loop"]["baselineImage"] == HEALTHY
     assert "brief" not in st  # the alert has not fired: nothing is handed off
     assert cond(inc, "AlertFiring")["status"] == "False"  # type: ignore[index]
+    running = cond(inc, "Finished")
+    assert running is not None
+    assert (running["status"], running["reason"]) == ("False", "Running"), running
     assert container_image(env, "catalog-a") == REGRESSED
 
     job = env["batch"].read_namespaced_job("inc-a-load", NS)
@@ -336,6 +339,12 @@ def test_bad_patch_is_red_ci_with_the_reason(env: dict[str, Any]) -> None:
     assert st["reason"] == "PatchRejected"
     assert "escapes the workspace" in st["ciFeedback"]
     assert st["signals"]["ci_green"]["credit"] == 0
+    graded = cond(get(env, "submissions", "sub-escape"), "Graded")
+    assert graded is not None
+    assert (graded["status"], graded["reason"]) == ("True", "PatchRejected"), graded
+    env["cp"].kubectl(
+        "wait", "-n", NS, "--for=condition=Graded", "--timeout=5s", "submission/sub-escape"
+    )
 
     protected = "--- a/tests/test_app.py\n+++ b/tests/test_app.py\n@@ -1 +1 @@\n-x\n+y\n"
     submit(env, "sub-protected", "inc-a", protected)
@@ -355,6 +364,9 @@ def test_submissions_wait_queued_before_the_hand_off(env: dict[str, Any]) -> Non
     for name in ("sub-q1", "sub-q2"):
         c = wait_cond(env, "submissions", name, "Accepted")
         assert (c["status"], c["reason"]) == ("False", "Queued"), c
+        graded = cond(get(env, "submissions", name), "Graded")
+        assert graded is not None
+        assert (graded["status"], graded["reason"]) == ("False", "Queued"), graded
     time.sleep(3)  # give a wrong grader the chance to pick one up: neither may start
     for name in ("sub-q1", "sub-q2"):
         st = get(env, "submissions", name)["status"]
@@ -385,9 +397,30 @@ def test_fire_timeout_finishes_and_refuses_late_submissions(env: dict[str, Any])
     make_target(env, "catalog-b")
     make_incident(env, "inc-b", "catalog-b", fire_timeout=5)
     submit(env, "sub-b-early", "inc-b", "")
+    # what a user scripts: wait for the run to be over, whatever the outcome
+    env["cp"].kubectl(
+        "wait",
+        "-n",
+        NS,
+        "--for=condition=Finished",
+        "--timeout=120s",
+        "incident/inc-b",
+        timeout=150,
+    )
     done = wait_cond(env, "incidents", "inc-b", "Succeeded", timeout=120)
     assert (done["status"], done["reason"]) == ("False", "AlertNeverFired"), done
-    st = get(env, "incidents", "inc-b")["status"]
+    inc = get(env, "incidents", "inc-b")
+    finished = cond(inc, "Finished")
+    assert finished is not None
+    assert (finished["status"], finished["reason"]) == ("True", "AlertNeverFired"), finished
+    # every condition tells the end state: injected, never fired, never handed off
+    assert cond(inc, "Injected")["status"] == "True"  # type: ignore[index]
+    firing = cond(inc, "AlertFiring")
+    assert firing is not None
+    assert (firing["status"], firing["reason"]) == ("False", "AlertNeverFired"), firing
+    assert cond(inc, "AwaitingSubmission")["status"] == "False"  # type: ignore[index]
+    assert not [c for c in inc["status"]["conditions"] if c["status"] == "Unknown"]
+    st = inc["status"]
     assert st["phase"] == "Failed"
     assert st["verdict"]["passed"] is False
     assert st["verdict"]["reason"] == "AlertNeverFired"
@@ -401,6 +434,9 @@ def test_fire_timeout_finishes_and_refuses_late_submissions(env: dict[str, Any])
             == "IncidentFinished"
         ),
     )
+    never = cond(get(env, "submissions", "sub-b-early"), "Graded")
+    assert never is not None
+    assert (never["status"], never["reason"]) == ("False", "IncidentFinished"), never
     wait_for(
         "the refused Submission's stored patch to be deleted",
         lambda: stored_patch(env, "inc-b-patch-sub-b-early") is None,

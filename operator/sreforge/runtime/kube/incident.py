@@ -48,7 +48,10 @@ from sreforge.runtime.kube.status import (
     ci_condition,
     ci_result_of,
     condition,
+    finished_conditions,
+    graded_condition,
     incident_phase,
+    started_conditions,
     verdict_condition,
     verdict_status,
 )
@@ -152,12 +155,7 @@ class IncidentRun:
             self.log.info(f"resuming run {st.run_id} in phase {st.phase}")
             first: loop.Event = loop.Resumed(t=time.time())
         else:
-            self._persist(
-                [
-                    condition("Injected", None, "Pending", "starting the run"),
-                    condition("Succeeded", None, "Running", "the run is in progress"),
-                ]
-            )
+            self._persist(started_conditions())
             first = loop.Start(t=time.time())
         self.driver.run(first, stop)
 
@@ -285,7 +283,8 @@ class IncidentRun:
                     True,
                     "Grading",
                     f"graded against Incident {self.name} (run {self.p.state.run_id})",
-                )
+                ),
+                condition("Graded", False, "Grading", "the CI gate, the rollout, the oracle"),
             ],
         )
         self._persist(
@@ -379,7 +378,13 @@ class IncidentRun:
         failpoint.reached("applied:record")
         if sub is not None:
             fields = verdict_status(verdict, st.ci)
-            conds = [verdict_condition("Verified", verdict)]
+            conds = [
+                condition(
+                    "Accepted", True, "Graded", f"graded against Incident {self.name} ({st.run_id})"
+                ),
+                verdict_condition("Verified", verdict),
+                graded_condition(verdict),
+            ]
             if st.ci is not None and not st.ci.green:
                 conds.append(ci_condition(st.ci))
             self._sub_conditions(sub, conds, fields)
@@ -434,12 +439,7 @@ class IncidentRun:
         assert verdict is not None
         self.p.finished = True
         self.kube.delete_job(self.ns, load_job_name(self.name))
-        self._persist(
-            [
-                condition("AwaitingSubmission", False, "Finished", "the run is over"),
-                verdict_condition("Succeeded", verdict),
-            ]
-        )
+        self._persist(finished_conditions(self.p))
         self._refuse_queued(
             "IncidentFinished", f"Incident {self.name} is finished ({verdict.reason.value})"
         )

@@ -20,7 +20,14 @@ from sreforge.runtime import ci
 from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import FILES_KEY, PATCH_KEY, OperatorConfig, effective_verify
 from sreforge.runtime.kube.render import patch_cm_name, patch_configmap
-from sreforge.runtime.kube.status import condition, condition_of, is_queued, verdict_status
+from sreforge.runtime.kube.status import (
+    condition,
+    condition_of,
+    graded_condition,
+    is_queued,
+    refused,
+    verdict_status,
+)
 
 
 @dataclass(frozen=True)
@@ -85,9 +92,7 @@ def refuse_queued(kube: Kube, ns: str, incident: str, reason: str, message: str)
     for s in _of_incident(kube, ns, incident):
         if is_queued(s):
             name = s["metadata"]["name"]
-            kube.update_conditions(
-                SUBMISSION_PLURAL, ns, name, [condition("Accepted", False, reason, message)]
-            )
+            kube.update_conditions(SUBMISSION_PLURAL, ns, name, refused(reason, message))
             kube.delete_configmap(ns, patch_cm_name(incident, name))
 
 
@@ -106,34 +111,17 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
     inc_name = spec.incident_ref.name
     inc = kube.get_incident(ns, inc_name)
     if inc is None:
-        cond(
-            [
-                condition(
-                    "Accepted",
-                    False,
-                    "IncidentNotFound",
-                    f"no Incident {inc_name!r} in namespace {ns}",
-                )
-            ]
-        )
+        cond(refused("IncidentNotFound", f"no Incident {inc_name!r} in namespace {ns}"))
         return
     loop_status = (inc.get("status") or {}).get("loop") or {}
     if loop_status.get("finished"):
-        cond(
-            [
-                condition(
-                    "Accepted",
-                    False,
-                    "IncidentFinished",
-                    f"Incident {inc_name} is finished ({(inc.get('status') or {}).get('phase')})",
-                )
-            ]
-        )
+        phase = (inc.get("status") or {}).get("phase")
+        cond(refused("IncidentFinished", f"Incident {inc_name} is finished ({phase})"))
         return
     try:
         scenario = cfg.scenario(IncidentSpec.model_validate(inc["spec"]).scenario)
     except ScenarioError as exc:
-        cond([condition("Accepted", False, "ScenarioNotFound", str(exc))])
+        cond(refused("ScenarioNotFound", str(exc)))
         return
     try:
         patch = submission_patch(kube, ns, spec)
@@ -150,6 +138,7 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
                 ),
                 condition("CIPassed", False, "PatchRejected", str(exc)),
                 condition("Verified", False, verdict.reason.value, verdict.message),
+                graded_condition(verdict),
             ],
             verdict_status(verdict, ci_res),
         )
@@ -165,6 +154,7 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
                 "Queued",
                 f"waiting for Incident {inc_name} (phase {phase}); "
                 "one Submission is graded at a time",
-            )
+            ),
+            condition("Graded", False, "Queued", "waiting for its turn"),
         ]
     )
