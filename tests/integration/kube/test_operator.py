@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -138,11 +139,28 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             print(op.tail())
 
 
-def make_target(env: dict[str, Any], name: str) -> None:
+def make_target(
+    env: dict[str, Any], name: str, *, ns: str = NS, deployment: bool = True, service: bool = True
+) -> None:
     """A healthy catalog Deployment and its Service (kwok marks its pod Ready)."""
     labels = {"app": "catalog", "sreforge.dev/target": name}
+    if deployment:
+        _make_deployment(env, name, ns, labels)
+    if service:
+        env["core"].create_namespaced_service(
+            ns,
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name},
+                "spec": {"selector": labels, "ports": [{"port": 8080, "targetPort": 8080}]},
+            },
+        )
+
+
+def _make_deployment(env: dict[str, Any], name: str, ns: str, labels: dict[str, str]) -> None:
     env["apps"].create_namespaced_deployment(
-        NS,
+        ns,
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -165,19 +183,15 @@ def make_target(env: dict[str, Any], name: str) -> None:
             },
         },
     )
-    env["core"].create_namespaced_service(
-        NS,
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name},
-            "spec": {"selector": labels, "ports": [{"port": 8080, "targetPort": 8080}]},
-        },
-    )
 
 
 def make_incident(
-    env: dict[str, Any], name: str, target: str, fire_timeout: int = 600, runner: str = "builtin"
+    env: dict[str, Any],
+    name: str,
+    target: str,
+    fire_timeout: int = 600,
+    runner: str = "builtin",
+    **spec: Any,
 ) -> None:
     env["custom"].create_namespaced_custom_object(
         GROUP,
@@ -195,6 +209,7 @@ def make_incident(
                 "loadRunner": runner,
                 "load": {"rate": 5, "durationSeconds": 900},
                 "verify": {"fireTimeoutSeconds": fire_timeout},
+                **spec,
             },
         },
     )
@@ -552,6 +567,148 @@ def test_deleting_the_incident_collects_its_children(env: dict[str, Any]) -> Non
     )
     # the target gets back the image it had before the injection
     wait_for("catalog-d to be healthy again", lambda: container_image(env, "catalog-d") == HEALTHY)
+
+
+def _no_unknown_conditions(inc: dict[str, Any]) -> None:
+    left = [c for c in inc["status"]["conditions"] if c["status"] == "Unknown"]
+    assert not left, left
+
+
+def wait_reason(
+    env: dict[str, Any], name: str, type_: str, reason: str, timeout: float = 60.0
+) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        c = cond(get(env, "incidents", name), type_)
+        return c if c is not None and c["reason"] == reason else None
+
+    try:
+        got: dict[str, Any] = wait_for(f"incidents/{name} {type_} reason {reason}", probe, timeout)
+    except BaseException:
+        print(env["op"].tail())
+        raise
+    return got
+
+
+def load_jobs(env: dict[str, Any], incident: str) -> list[Any]:
+    sel = f"sreforge.dev/incident={incident}"
+    return list(env["batch"].list_namespaced_job(NS, label_selector=sel).items)
+
+
+def test_a_missing_target_is_waited_for_changing_nothing(env: dict[str, Any]) -> None:
+    """Created before its target (a GitOps sync in the wrong order): the Incident names what
+    is missing, changes nothing, and injects once the Deployment and its Service appear."""
+    make_incident(env, "inc-late", "catalog-late", fire_timeout=5, targetTimeoutSeconds=300)
+    c = wait_reason(env, "inc-late", "Injected", "DeploymentNotFound")
+    assert c["status"] == "False"
+    assert f"{NS}/catalog-late does not exist" in c["message"]
+    assert "300s" in c["message"]
+    st = get(env, "incidents", "inc-late")["status"]
+    assert st["phase"] == "Injecting"
+    assert cond({"status": st}, "Finished")["status"] == "False"  # type: ignore[index]
+    assert not load_jobs(env, "inc-late")
+    make_target(env, "catalog-late", service=False)
+    c = wait_reason(env, "inc-late", "Injected", "ServiceNotFound", timeout=30)
+    assert "catalog-late" in c["message"]
+    time.sleep(6)  # one more look by the operator: it still changes nothing
+    dep = env["apps"].read_namespaced_deployment("catalog-late", NS)
+    assert (dep.metadata.generation, container_image(env, "catalog-late")) == (1, HEALTHY)
+    assert not load_jobs(env, "inc-late")
+    make_target(env, "catalog-late", deployment=False)
+    done = wait_reason(env, "inc-late", "Injected", "RegressedBuildRolledOut", timeout=60)
+    assert done["status"] == "True"
+    assert container_image(env, "catalog-late") == REGRESSED
+    assert load_jobs(env, "inc-late")
+
+
+def test_a_target_that_never_appears_ends_inconclusive(env: dict[str, Any]) -> None:
+    """The reviewers' case: an Incident without its Deployment. At the deadline it ends
+    Inconclusive, every condition telling why, and `kubectl wait` sees it finish."""
+    make_incident(env, "inc-gone", "catalog-never", targetTimeoutSeconds=6)
+    env["cp"].kubectl(
+        "wait",
+        "-n",
+        NS,
+        "--for=condition=Finished",
+        "--timeout=60s",
+        "incident/inc-gone",
+        timeout=90,
+    )
+    inc = get(env, "incidents", "inc-gone")
+    st = inc["status"]
+    assert st["phase"] == "Failed"
+    assert st["verdict"]["reason"] == "Inconclusive"
+    finished = cond(inc, "Finished")
+    assert finished is not None
+    assert (finished["status"], finished["reason"]) == ("True", "Inconclusive"), finished
+    injected = cond(inc, "Injected")
+    assert injected is not None
+    assert (injected["status"], injected["reason"]) == ("False", "DeploymentNotFound"), injected
+    assert f"{NS}/catalog-never does not exist" in injected["message"]
+    assert "after 6s" in injected["message"]
+    firing = cond(inc, "AlertFiring")
+    assert firing is not None
+    assert (firing["status"], firing["reason"]) == ("False", "NotInjected"), firing
+    succeeded = cond(inc, "Succeeded")
+    assert succeeded is not None
+    assert (succeeded["status"], succeeded["reason"]) == ("False", "Inconclusive")
+    assert "catalog-never" in succeeded["message"]
+    _no_unknown_conditions(inc)
+    assert not load_jobs(env, "inc-gone")
+
+
+def test_an_unreachable_prometheus_is_named_and_nothing_changes(env: dict[str, Any]) -> None:
+    make_target(env, "catalog-p")
+    with socket.socket() as s:  # a port with nothing behind it
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    make_incident(env, "inc-p", "catalog-p", targetTimeoutSeconds=8, prometheusURL=dead)
+    c = wait_reason(env, "inc-p", "Injected", "PrometheusUnreachable")
+    assert dead in c["message"]
+    reach = cond(get(env, "incidents", "inc-p"), "PrometheusReachable")
+    assert reach is not None
+    assert (reach["status"], reach["reason"]) == ("False", "Unreachable"), reach
+    assert dead in reach["message"]
+    assert "Connection" in reach["message"]  # requests' ConnectionError: refused
+    done = wait_cond(env, "incidents", "inc-p", "Succeeded", timeout=60)
+    assert done["reason"] == "Inconclusive", done
+    inc = get(env, "incidents", "inc-p")
+    assert cond(inc, "Injected")["reason"] == "PrometheusUnreachable"  # type: ignore[index]
+    _no_unknown_conditions(inc)
+    dep = env["apps"].read_namespaced_deployment("catalog-p", NS)
+    assert (dep.metadata.generation, container_image(env, "catalog-p")) == (1, HEALTHY)
+
+
+def test_a_pod_that_quota_forbids_is_a_harness_fault(env: dict[str, Any]) -> None:
+    """The regressed build's pod cannot be created (ResourceQuota, enforced by the real
+    apiserver and controller-manager): Inconclusive with the controller's own reason, well
+    before the rollout's timeout."""
+    ns = "sreforge-op-quota"
+    env["cp"].kubectl("create", "namespace", ns)
+    env["cp"].kubectl("create", "quota", "one-pod", "-n", ns, "--hard=pods=1")
+    wait_for(
+        "the quota's usage to be counted",
+        lambda: env["core"].read_namespaced_resource_quota("one-pod", ns).status.used is not None,
+    )
+    make_target(env, "catalog-q", ns=ns)
+    wait_for(
+        "the healthy pod to count against the quota",
+        lambda: (
+            env["core"].read_namespaced_resource_quota("one-pod", ns).status.used.get("pods") == "1"
+        ),
+    )
+    make_incident(env, "inc-q", "catalog-q", targetNamespace=ns)
+    t0 = time.monotonic()
+    done = wait_cond(env, "incidents", "inc-q", "Succeeded", timeout=90)
+    assert (done["status"], done["reason"]) == ("False", "Inconclusive"), done
+    assert "exceeded quota" in done["message"], done
+    assert "FailedCreate" in done["message"], done
+    assert time.monotonic() - t0 < SCENARIO.service.deploy_timeout_seconds + 20
+    inc = get(env, "incidents", "inc-q")
+    injected = cond(inc, "Injected")
+    assert injected is not None
+    assert injected["status"] == "False", injected
+    assert "exceeded quota" in injected["message"]
+    _no_unknown_conditions(inc)
 
 
 def test_sreforge_submit_creates_a_queued_submission(env: dict[str, Any], tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from sreforge.api.verdict import Verdict
 from sreforge.loop import Phase, RunState
 from sreforge.runtime import failpoint
 from sreforge.runtime.driver import Driver, Stop
-from sreforge.runtime.kube.client import Kube, KubeError
+from sreforge.runtime.kube.client import Kube, KubeError, PodFault
 from sreforge.runtime.kube.config import (
     CI_MARGIN_SECONDS,
     OperatorConfig,
@@ -33,6 +33,14 @@ from sreforge.runtime.kube.config import (
     effective_verify,
 )
 from sreforge.runtime.kube.intake import VettedPatch, next_queued, read_vetted, refuse_queued
+from sreforge.runtime.kube.prerequisites import (
+    UNREACHABLE,
+    Missing,
+    await_prerequisites,
+    prometheus_condition,
+    prometheus_error,
+    waiting_condition,
+)
 from sreforge.runtime.kube.rca import diagnose
 from sreforge.runtime.kube.render import (
     load_job_name,
@@ -64,6 +72,7 @@ PERSIST_EVERY_SECONDS = 5.0
 OPERATOR_CASES = {"cases": None, "stop_on_pass": True, "waiting_samples_kept": 5}
 # How often the queue of Submissions is looked at while the Incident waits for one.
 QUEUE_LOOK_SECONDS = 1.0
+NO_PROMETHEUS = "no Prometheus: set spec.prometheusURL or SREFORGE_PROMETHEUS_URL"
 
 
 class IncidentRun:
@@ -82,6 +91,7 @@ class IncidentRun:
         self.target_ns = self.spec.target_namespace or self.ns
         self.target = self.spec.target_deployment or self.scenario.service.name
         url = self.spec.prometheus_url or cfg.prometheus_url
+        self.prometheus_url = url
         self.telemetry = (
             Telemetry(
                 url,
@@ -97,6 +107,8 @@ class IncidentRun:
         self._next_queue_look = 0.0
         self._last_verdict: Verdict | None = None
         self._persisted_phase: Phase | None = None
+        self._missing: Missing | None = None  # a prerequisite waited for, if any
+        self._prometheus_ok: bool | None = None  # as the PrometheusReachable condition says
         status = incident.get("status") or {}
         if status.get("loop"):
             self.p = Persisted.load(status["loop"])
@@ -170,8 +182,15 @@ class IncidentRun:
 
     def sample(self) -> AlertSample:
         if self.telemetry is None:
-            raise KubeError("no Prometheus: set spec.prometheusURL or SREFORGE_PROMETHEUS_URL")
-        return self.telemetry.sample()
+            raise KubeError(NO_PROMETHEUS)
+        got = self.telemetry.sample()
+        ok = got.firing is not None
+        if ok is not self._prometheus_ok:
+            self._prometheus_ok = ok
+            url = self.telemetry.url
+            error = None if ok else prometheus_error(url) or "ALERTS could not be read"
+            self._persist([prometheus_condition(url, error)])
+        return got
 
     def poll(self) -> loop.Event | None:
         """A queued Submission, looked for once a second while the Incident waits."""
@@ -218,8 +237,32 @@ class IncidentRun:
         self._persist(conds)
 
     # --- actions (sreforge.runtime.driver.Runtime)
+    def _await_prerequisites(self) -> None:
+        """Wait, changing nothing, for the target, its Service and Prometheus; each change of
+        what is missing goes to the Injected condition."""
+        if self.prometheus_url is None:
+            raise KubeError(NO_PROMETHEUS)
+        timeout = self.spec.target_timeout_seconds
+
+        url = self.prometheus_url
+
+        def shown(missing: Missing | None) -> None:
+            self._missing = missing
+            conds = [waiting_condition(missing, timeout)]
+            error = missing.error if missing is not None and missing.reason == UNREACHABLE else None
+            if error is not None or self._prometheus_ok is False:
+                self._prometheus_ok = error is None
+                conds.append(prometheus_condition(url, error))
+            self._persist(conds)
+
+        since = self.p.state.started_at or time.time()
+        await_prerequisites(
+            self.kube, self.target_ns, self.target, url, since, timeout, self._stop, shown
+        )
+
     def inject(self) -> loop.Event:
         svc = self.scenario.service.name
+        self._await_prerequisites()
         dep = self.kube.get_deployment(self.target_ns, self.target)
         box = target_container(dep, svc)
         if self.p.baseline_image is None:
@@ -241,6 +284,9 @@ class IncidentRun:
         profile = effective_load(self.scenario, self.spec)
         for obj in render_load(self.incident, profile, url, self.spec.load_runner, self.cfg):
             self.kube.create(obj)
+        timeout = self.scenario.service.deploy_timeout_seconds
+        if not self.kube.wait_started(self.ns, load_job_name(self.name), timeout, self._stop):
+            self.log.warning(f"the load Job's pod has not started within {timeout}s")
         return loop.Injected(t=time.time())
 
     def hand_off(self) -> None:
@@ -314,7 +360,10 @@ class IncidentRun:
         self.kube.create(job)
         failpoint.reached("applied:run-ci")
         timeout = self.scenario.service.test_timeout_seconds + CI_MARGIN_SECONDS * 2
-        ok, details = self.kube.wait_job(self.ns, job["metadata"]["name"], timeout, self._stop)
+        # the tests run the agent's code: their crash or OOM kill is red CI, not a fault
+        ok, details = self.kube.wait_job(
+            self.ns, job["metadata"]["name"], timeout, self._stop, frozenset({"test"})
+        )
         test_command = self.scenario.service.test_command
         res = ci_result_of(ok, details, test_command, time.time() - t0, files)
         self._sub_conditions(sub, [ci_condition(res)])
@@ -336,6 +385,7 @@ class IncidentRun:
                 d, svc, self.cfg, cm, self.p.baseline_workdir, sub, list(self.scenario.protected)
             )
 
+        main = target_container(self.kube.get_deployment(self.target_ns, self.target), svc)
         try:
             self.kube.mutate_deployment(self.target_ns, self.target, overlay)
             failpoint.reached("applied:deploy")
@@ -344,7 +394,11 @@ class IncidentRun:
                 self.target,
                 self.scenario.service.deploy_timeout_seconds,
                 self._stop,
+                frozenset({main["name"]}),  # runs the patched code: its crash is the agent's
             )
+        except PodFault as exc:
+            self._sub_conditions(sub, [condition("Deployed", False, "HarnessFault", str(exc))])
+            raise  # not the agent's failure: the run is Inconclusive
         except KubeError as exc:
             self._sub_conditions(sub, [condition("Deployed", False, "RolloutFailed", str(exc))])
             return loop.DeployFailed(t=time.time(), reason=str(exc)[:2000])
@@ -439,7 +493,8 @@ class IncidentRun:
         assert verdict is not None
         self.p.finished = True
         self.kube.delete_job(self.ns, load_job_name(self.name))
-        self._persist(finished_conditions(self.p))
+        missing = self._missing.reason if self._missing is not None else None
+        self._persist(finished_conditions(self.p, missing))
         self._refuse_queued(
             "IncidentFinished", f"Incident {self.name} is finished ({verdict.reason.value})"
         )

@@ -90,13 +90,14 @@ def started_conditions() -> list[Condition]:
     ]
 
 
-def finished_conditions(p: Persisted) -> list[Condition]:
+def finished_conditions(p: Persisted, not_injected: str | None = None) -> list[Condition]:
     """An Incident's conditions once its run is over, each true of the end state.
 
     `Finished` is True whatever the outcome (`kubectl wait --for=condition=Finished`), with
     the verdict's reason; `Succeeded` says whether it passed. A condition still showing a
     step in progress (injecting, waiting for the alert, re-arming) says why it never got
-    there; a step that did happen keeps its condition.
+    there (`not_injected`: the reason the injection waited for, e.g. DeploymentNotFound); a
+    step that did happen keeps its condition.
     """
     st = p.state
     verdict = st.verdict
@@ -109,7 +110,7 @@ def finished_conditions(p: Persisted) -> list[Condition]:
             condition(
                 "Injected",
                 False,
-                verdict.reason.value,
+                not_injected or verdict.reason.value,
                 f"the regressed build was never rolled out: {why}",
             )
         )
