@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
 from sreforge.api.scenario import ScenarioError
+from sreforge.runtime.kube import events
 from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import OperatorConfig
 from sreforge.runtime.kube.incident import IncidentRun, restore_on_delete
@@ -64,6 +65,7 @@ def incident_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, logger: Any, *
     try:
         run = IncidentRun(kube(), cfg, _fresh(incident), logger)
     except (ScenarioError, ValidationError) as exc:
+        kube().post_event(events.event(incident, events.WARNING, "InvalidScenario", str(exc)))
         kube().update_conditions(
             INCIDENT_PLURAL,
             ns,
@@ -115,6 +117,7 @@ def submission_created(body: kopf.Body, **_: Any) -> None:
     try:
         admit_submission(kube(), OperatorConfig.from_env(), dict(body))
     except ValidationError as exc:
+        kube().post_event(events.event(dict(body), events.WARNING, "InvalidSpec", str(exc)))
         meta = body["metadata"]
         kube().update_conditions(
             SUBMISSION_PLURAL,

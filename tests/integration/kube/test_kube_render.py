@@ -21,7 +21,7 @@ from tests.kubeenv import REPO_ROOT
 from sreforge import loop
 from sreforge.api.observation import AlertSample, CIStatus
 from sreforge.api.resources import Condition
-from sreforge.runtime.kube import applypatch, config, render, status
+from sreforge.runtime.kube import applypatch, config, events, render, status
 from sreforge.scenarios import load_scenario
 
 SCENARIO = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
@@ -219,3 +219,29 @@ def test_a_submission_is_graded_or_refused_never_left_pending() -> None:
     assert v is not None
     graded = status.graded_condition(v)
     assert (graded.type, graded.status, graded.reason) == ("Graded", "True", "Inconclusive")
+
+
+def test_event_bodies_name_their_object_and_every_phase() -> None:
+    inc = {"apiVersion": "sreforge.dev/v1alpha1", "kind": "Incident", **INCIDENT}
+    body = events.event(inc, events.WARNING, "DeploymentNotFound", "x" * 5000)
+    assert body["involvedObject"] == {
+        "apiVersion": "sreforge.dev/v1alpha1",
+        "kind": "Incident",
+        "name": "inc",
+        "namespace": "ns",
+        "uid": "u-1",
+    }
+    assert body["metadata"] == {"generateName": "inc.", "namespace": "ns"}
+    assert (body["type"], body["reason"], len(body["message"])) == (
+        "Warning",
+        "DeploymentNotFound",
+        1024,
+    )
+    p = _run()
+    for phase in loop.Phase:
+        p.state.phase = phase
+        assert events.phase_message(p.state, "ns/catalog", "sub")
+    passed = _run(loop.Start(t=0), loop.Fault(t=1, reason="x")).state.verdict
+    assert passed is not None
+    assert events.verdict_type(passed) == "Warning"
+    assert events.verdict_type(passed.model_copy(update={"passed": True})) == "Normal"

@@ -278,6 +278,13 @@ def stored_patch(env: dict[str, Any], name: str) -> str | None:
     return str(found.items[0].data["patch.diff"]) if found.items else None
 
 
+def domain_events(env: dict[str, Any], name: str, kind: str = "Incident") -> list[Any]:
+    """The operator's own Events about the object (kopf's are posted as component kopf)."""
+    sel = f"involvedObject.name={name},involvedObject.kind={kind}"
+    found = env["core"].list_namespaced_event(NS, field_selector=sel).items
+    return [e for e in found if e.source and e.source.component == "sreforge-operator"]
+
+
 def container_image(env: dict[str, Any], name: str) -> str:
     dep = env["apps"].read_namespaced_deployment(name, NS)
     return str(dep.spec.template.spec.containers[0].image)
@@ -360,6 +367,10 @@ def test_bad_patch_is_red_ci_with_the_reason(env: dict[str, Any]) -> None:
     env["cp"].kubectl(
         "wait", "-n", NS, "--for=condition=Graded", "--timeout=5s", "submission/sub-escape"
     )
+    (ev,) = domain_events(env, "sub-escape", "Submission")
+    assert (ev.type, ev.reason) == ("Warning", "PatchRejected")
+    assert ev.involved_object.uid == get(env, "submissions", "sub-escape")["metadata"]["uid"]
+    assert "escapes the workspace" in ev.message
 
     protected = "--- a/tests/test_app.py\n+++ b/tests/test_app.py\n@@ -1 +1 @@\n-x\n+y\n"
     submit(env, "sub-protected", "inc-a", protected)
@@ -452,6 +463,19 @@ def test_fire_timeout_finishes_and_refuses_late_submissions(env: dict[str, Any])
     never = cond(get(env, "submissions", "sub-b-early"), "Graded")
     assert never is not None
     assert (never["status"], never["reason"]) == ("False", "IncidentFinished"), never
+    # an Event on each phase the run went through and one on its verdict, a Warning
+    evs = domain_events(env, "inc-b")
+    assert sorted(e.reason for e in evs if e.type == "Normal") == [
+        "AwaitingFire",
+        "Injecting",
+        "Restoring",
+    ], [(e.type, e.reason) for e in evs]
+    warnings = dict(sorted((e.reason, e.message) for e in evs if e.type == "Warning"))
+    assert sorted(warnings) == ["AlertNeverFired", "Done"], warnings
+    assert SCENARIO.target_alert in warnings["AlertNeverFired"]
+    assert all(e.involved_object.uid == inc["metadata"]["uid"] for e in evs)
+    (refusal,) = domain_events(env, "sub-b-early", "Submission")
+    assert (refusal.type, refusal.reason) == ("Warning", "IncidentFinished")
     wait_for(
         "the refused Submission's stored patch to be deleted",
         lambda: stored_patch(env, "inc-b-patch-sub-b-early") is None,
@@ -600,6 +624,10 @@ def test_a_missing_target_is_waited_for_changing_nothing(env: dict[str, Any]) ->
     make_incident(env, "inc-late", "catalog-late", fire_timeout=5, targetTimeoutSeconds=300)
     c = wait_reason(env, "inc-late", "Injected", "DeploymentNotFound")
     assert c["status"] == "False"
+    assert sorted((e.type, e.reason) for e in domain_events(env, "inc-late")) == [
+        ("Normal", "Injecting"),
+        ("Warning", "DeploymentNotFound"),
+    ]
     assert f"{NS}/catalog-late does not exist" in c["message"]
     assert "300s" in c["message"]
     st = get(env, "incidents", "inc-late")["status"]

@@ -141,6 +141,15 @@ class Kube:
             plural, ns, name, {**(extra or {}), "conditions": dumped, "observedGeneration": gen}
         )
 
+    def post_event(self, body: dict[str, Any]) -> bool:
+        """Create a core/v1 Event (sreforge.runtime.kube.events); best-effort: an Event that
+        cannot be posted is never a reason to stop a run. Whether it was posted."""
+        try:
+            self.core.create_namespaced_event(body["metadata"]["namespace"], body)
+        except self._exc:
+            return False
+        return True
+
     def create(self, obj: dict[str, Any]) -> None:
         """Create a Job or ConfigMap; an existing one of the same name is kept (idempotent)."""
         ns = obj["metadata"]["namespace"]

@@ -25,6 +25,7 @@ from sreforge.api.verdict import Verdict
 from sreforge.loop import Phase, RunState
 from sreforge.runtime import failpoint
 from sreforge.runtime.driver import Driver, Stop
+from sreforge.runtime.kube import events
 from sreforge.runtime.kube.client import Kube, KubeError, PodFault
 from sreforge.runtime.kube.config import (
     CI_MARGIN_SECONDS,
@@ -107,12 +108,14 @@ class IncidentRun:
         self._next_queue_look = 0.0
         self._last_verdict: Verdict | None = None
         self._persisted_phase: Phase | None = None
+        self._evented_phase: Phase | None = None  # the phase whose Event was posted
         self._missing: Missing | None = None  # a prerequisite waited for, if any
         self._prometheus_ok: bool | None = None  # as the PrometheusReachable condition says
         status = incident.get("status") or {}
         if status.get("loop"):
             self.p = Persisted.load(status["loop"])
             self.resumed = True
+            self._evented_phase = self.p.state.phase  # posted by the operator before
         else:
             run_id = f"{self.name}-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
             self.p = Persisted(
@@ -145,8 +148,20 @@ class IncidentRun:
         self._last_persist = time.monotonic()
         entered = st.phase is not self._persisted_phase
         self._persisted_phase = st.phase
+        if st.phase not in (self._evented_phase, Phase.PENDING):
+            self._evented_phase = st.phase
+            self._phase_event()
         if entered:
             failpoint.reached(f"persisted:{st.phase.value}")
+
+    def _phase_event(self) -> None:
+        st = self.p.state
+        message = events.phase_message(st, f"{self.target_ns}/{self.target}", self.p.submission)
+        type_ = events.NORMAL
+        if st.phase is Phase.DONE and st.verdict is not None:
+            type_ = events.verdict_type(st.verdict)
+            message += f" ({st.verdict.reason.value})"
+        self.kube.post_event(events.event(self.incident, type_, st.phase.value, message))
 
     def _sub_conditions(
         self,
@@ -249,6 +264,10 @@ class IncidentRun:
         def shown(missing: Missing | None) -> None:
             self._missing = missing
             conds = [waiting_condition(missing, timeout)]
+            if missing is not None:
+                self.kube.post_event(
+                    events.event(self.incident, events.WARNING, missing.reason, missing.message)
+                )
             error = missing.error if missing is not None and missing.reason == UNREACHABLE else None
             if error is not None or self._prometheus_ok is False:
                 self._prometheus_ok = error is None
@@ -429,6 +448,9 @@ class IncidentRun:
         }
         # The Incident first: whoever sees the Submission graded sees the Incident's summary.
         self._persist([verdict_condition("Verified", verdict)], {"verdict": summary})
+        why = events.verdict_message(verdict, sub)
+        kind, reason = events.verdict_type(verdict), verdict.reason.value
+        self.kube.post_event(events.event(self.incident, kind, reason, why))
         failpoint.reached("applied:record")
         if sub is not None:
             fields = verdict_status(verdict, st.ci)
@@ -442,6 +464,9 @@ class IncidentRun:
             if st.ci is not None and not st.ci.green:
                 conds.append(ci_condition(st.ci))
             self._sub_conditions(sub, conds, fields)
+            graded = self.kube.get_submission(self.ns, sub)
+            if graded is not None:
+                self.kube.post_event(events.event(graded, kind, reason, why))
             self._judge(sub, verdict)
 
     def _judge(self, sub: str, verdict: Verdict) -> None:

@@ -17,6 +17,7 @@ from sreforge.api.resources import SUBMISSION_PLURAL, Condition, IncidentSpec, S
 from sreforge.api.scenario import ScenarioError, VerifySpec
 from sreforge.api.verdict import Verdict
 from sreforge.runtime import ci
+from sreforge.runtime.kube import events
 from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import FILES_KEY, PATCH_KEY, OperatorConfig, effective_verify
 from sreforge.runtime.kube.render import patch_cm_name, patch_configmap
@@ -93,6 +94,7 @@ def refuse_queued(kube: Kube, ns: str, incident: str, reason: str, message: str)
         if is_queued(s):
             name = s["metadata"]["name"]
             kube.update_conditions(SUBMISSION_PLURAL, ns, name, refused(reason, message))
+            kube.post_event(events.event(s, events.WARNING, reason, message))
             kube.delete_configmap(ns, patch_cm_name(incident, name))
 
 
@@ -107,21 +109,25 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
     def cond(updates: list[Condition], extra: dict[str, Any] | None = None) -> None:
         kube.update_conditions(SUBMISSION_PLURAL, ns, name, updates, extra)
 
+    def refuse(reason: str, message: str) -> None:
+        cond(refused(reason, message))
+        kube.post_event(events.event(sub, events.WARNING, reason, message))
+
     spec = SubmissionSpec.model_validate(sub.get("spec") or {})
     inc_name = spec.incident_ref.name
     inc = kube.get_incident(ns, inc_name)
     if inc is None:
-        cond(refused("IncidentNotFound", f"no Incident {inc_name!r} in namespace {ns}"))
+        refuse("IncidentNotFound", f"no Incident {inc_name!r} in namespace {ns}")
         return
     loop_status = (inc.get("status") or {}).get("loop") or {}
     if loop_status.get("finished"):
         phase = (inc.get("status") or {}).get("phase")
-        cond(refused("IncidentFinished", f"Incident {inc_name} is finished ({phase})"))
+        refuse("IncidentFinished", f"Incident {inc_name} is finished ({phase})")
         return
     try:
         scenario = cfg.scenario(IncidentSpec.model_validate(inc["spec"]).scenario)
     except ScenarioError as exc:
-        cond(refused("ScenarioNotFound", str(exc)))
+        refuse("ScenarioNotFound", str(exc))
         return
     try:
         patch = submission_patch(kube, ns, spec)
@@ -141,6 +147,14 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
                 graded_condition(verdict),
             ],
             verdict_status(verdict, ci_res),
+        )
+        kube.post_event(
+            events.event(
+                sub,
+                events.verdict_type(verdict),
+                verdict.reason.value,
+                events.verdict_message(verdict, name),
+            )
         )
         return
     # before Queued: the driver grades only Queued Submissions, and reads this
