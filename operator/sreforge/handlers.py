@@ -131,12 +131,8 @@ def run_operator(
     *, namespaces: list[str] | None = None, liveness: str | None = None, verbose: bool = False
 ) -> None:
     """`sreforge operator`: kopf standalone (one replica, no peering) with these handlers."""
-    import logging  # noqa: PLC0415
-
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # kopf's handler on the root logger is the only one: a second (logging.basicConfig's)
+    # printed every line twice, once in each format
     kopf.configure(verbose=verbose)
     kopf.run(
         standalone=True,

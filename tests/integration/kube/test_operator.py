@@ -524,6 +524,9 @@ def test_killed_operator_resumes_the_same_run(env: dict[str, Any]) -> None:
     assert [c["type"] for c in after["conditions"]].count("Verified") == 1
     # the timeout counted from the one injection, across the restart
     assert state["samples"][-1]["t"] - state["injected_at"] > 60
+    # the operator's log has each line once (kopf's handler and a second one printed twice)
+    resumed = f"resuming run {before['runId']} in phase"
+    assert env["op"].log.read_text(errors="replace").count(resumed) == 1, env["op"].tail()
 
 
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
