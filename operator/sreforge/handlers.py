@@ -27,6 +27,9 @@ from sreforge.runtime.kube.status import condition, refused
 
 _kube: Kube | None = None
 _lock = threading.Lock()
+# Incidents (by uid) whose daemon is driving their run in this process: deleting one waits
+# for its daemon to stop before giving the target back.
+_driving: set[str] = set()
 
 
 def kube() -> Kube:
@@ -77,16 +80,37 @@ def incident_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, logger: Any, *
             {"phase": "Failed"},
         )
         return
-    run.run(_Stop(stopped))
-    if (
-        stopped
-        and stopped.reason is not None
-        and (stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED)
-    ):
-        try:
-            restore_on_delete(kube(), run)
-        except KubeError as exc:
-            logger.warning(f"could not restore the baseline of {ns}/{name}: {exc}")
+    uid = incident["metadata"].get("uid", name)
+    with _lock:
+        _driving.add(uid)
+    try:
+        run.run(_Stop(stopped))
+    finally:
+        with _lock:
+            _driving.discard(uid)
+
+
+@kopf.on.delete(GROUP, VERSION, INCIDENT_PLURAL, retries=12)
+def incident_deleted(body: kopf.Body, logger: Any, **_: Any) -> None:
+    """An Incident deleted, finished or not: once its daemon has stopped, the target gets
+    its original image back (runtime.kube.incident.restore_on_delete)."""
+    incident = dict(body)
+    meta = incident["metadata"]
+    with _lock:
+        driving = meta.get("uid", meta["name"]) in _driving
+    if driving:  # kopf signalled the daemon to stop before calling this
+        raise kopf.TemporaryError("waiting for the run to stop", delay=1)
+    try:
+        run = IncidentRun(kube(), OperatorConfig.from_env(), _fresh(incident), logger)
+    except ScenarioError:
+        return  # it never ran: nothing to give back
+    try:
+        restore_on_delete(kube(), run)
+    except KubeError as exc:
+        raise kopf.TemporaryError(
+            f"could not restore the baseline of {meta['namespace']}/{meta['name']}: {exc}",
+            delay=5,
+        ) from exc
 
 
 def _fresh(incident: dict[str, Any]) -> dict[str, Any]:

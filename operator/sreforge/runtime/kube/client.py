@@ -30,6 +30,23 @@ from sreforge.runtime.kube.trouble import (
 TROUBLE_LOOK_SECONDS = 2.0
 
 
+JSON_PATCH = "application/json-patch+json"
+
+
+def _without_nulls(status: dict[str, Any]) -> dict[str, Any]:
+    """Status fields as a merge patch would leave them: a null is no value; except inside
+    `loop`, the persisted state, whose nulls are values (free-form: the server keeps them)."""
+
+    def strip(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if x is not None}
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        return v
+
+    return {k: v if k == "loop" else strip(v) for k, v in status.items() if v is not None}
+
+
 class KubeError(SreforgeError, RuntimeError):
     """A Kubernetes interaction that failed; the message is for a condition or a Fault."""
 
@@ -127,18 +144,51 @@ class Kube:
         updates: Sequence[Condition],
         extra: dict[str, Any] | None = None,
     ) -> None:
-        """Upsert `updates` into the object's conditions and write them with `extra` status."""
+        """Upsert `updates` into the object's conditions and write them with `extra` status.
+
+        A JSON patch guarded by the resourceVersion read (retried on a conflict), so two
+        writers never lose each other's conditions; and `loop` keeps its nulls (a merge
+        patch deletes every key whose value is null: the persisted state, e.g. a blind
+        sample's `firing: null` or a signal's `value: null`, could not be loaded again)."""
         getter = self.get_incident if plural == INCIDENT_PLURAL else self.get_submission
-        obj = getter(ns, name)
-        if obj is None:
-            return
-        conds = conditions_of(obj)
-        gen = obj["metadata"].get("generation")
-        for new in updates:
-            conds = set_condition(conds, new, gen)
-        dumped = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conds]
-        self.patch_status(
-            plural, ns, name, {**(extra or {}), "conditions": dumped, "observedGeneration": gen}
+        for _ in range(10):
+            obj = getter(ns, name)
+            if obj is None:
+                return
+            conds = conditions_of(obj)
+            gen = obj["metadata"].get("generation")
+            for new in updates:
+                conds = set_condition(conds, new, gen)
+            dumped = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conds]
+            status = _without_nulls(
+                {**(extra or {}), "conditions": dumped, "observedGeneration": gen}
+            )
+            rv = obj["metadata"]["resourceVersion"]
+            ops: list[dict[str, Any]] = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": rv}
+            ]
+            if obj.get("status") is None:
+                ops.append({"op": "add", "path": "/status", "value": status})
+            else:
+                ops += [
+                    {"op": "add", "path": f"/status/{k}", "value": v} for k, v in status.items()
+                ]
+            try:
+                self.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, ns, plural, name, ops, _content_type=JSON_PATCH
+                )
+                return
+            except self._exc as exc:
+                if self._status(exc) == 404:
+                    return  # deleted meanwhile: nothing to write to
+                if not self._conflict(exc):
+                    raise
+        raise KubeError(f"{plural} {ns}/{name}: status write conflicts did not settle")
+
+    def _conflict(self, exc: Any) -> bool:
+        """A write refused because the object changed since it was read."""
+        return self._status(exc) == 409 or (
+            self._status(exc) == 422 and "test operation" in str(getattr(exc, "body", ""))
         )
 
     def post_event(self, body: dict[str, Any]) -> bool:
@@ -251,10 +301,7 @@ class Kube:
                 self.apps.patch_namespaced_deployment(name, ns, ops)
                 return
             except self._exc as exc:
-                conflict = self._status(exc) == 409 or (
-                    self._status(exc) == 422 and "test operation" in str(exc.body)
-                )
-                if not conflict:
+                if not self._conflict(exc):
                     raise KubeError(f"Deployment {ns}/{name}: {exc.reason}: {exc.body}") from exc
         raise KubeError(f"Deployment {ns}/{name}: write conflicts did not settle")
 

@@ -60,6 +60,7 @@ from sreforge.runtime.kube.status import (
     finished_conditions,
     graded_condition,
     incident_phase,
+    refused,
     started_conditions,
     verdict_condition,
     verdict_status,
@@ -73,6 +74,9 @@ PERSIST_EVERY_SECONDS = 5.0
 OPERATOR_CASES = {"cases": None, "stop_on_pass": True, "waiting_samples_kept": 5}
 # How often the queue of Submissions is looked at while the Incident waits for one.
 QUEUE_LOOK_SECONDS = 1.0
+# Pod template labels under this prefix that were not there before the injection are the
+# run's, removed when the Incident is deleted.
+RUN_LABEL_PREFIX = "sreforge.dev/"
 NO_PROMETHEUS = "no Prometheus: set spec.prometheusURL or SREFORGE_PROMETHEUS_URL"
 
 
@@ -287,6 +291,7 @@ class IncidentRun:
         if self.p.baseline_image is None:
             self.p.baseline_image = box.get("image")
             self.p.baseline_workdir = box.get("workingDir")
+            self.p.baseline_labels = dict(dep["spec"]["template"]["metadata"].get("labels") or {})
             # in status before the image changes: an operator that dies after the swap must
             # not take the regressed image for the baseline when it resumes
             self._persist()
@@ -526,8 +531,16 @@ class IncidentRun:
 
 
 def restore_on_delete(kube: Kube, run: IncidentRun) -> None:
-    """An Incident deleted: its target Deployment gets back the image it had before the
-    injection, without overlay (the Jobs and ConfigMaps go with the real garbage collector)."""
+    """An Incident deleted, finished or not: its target Deployment gets back the image it had
+    before the injection, without overlay and without the labels the run put on its pods;
+    Submissions still waiting or being graded are told (the Jobs and ConfigMaps go with the
+    real garbage collector)."""
+    why = f"Incident {run.name} was deleted"
+    if run.p.submission is not None and not run.p.finished:
+        kube.update_conditions(
+            SUBMISSION_PLURAL, run.ns, run.p.submission, refused("IncidentDeleted", why)
+        )
+    refuse_queued(kube, run.ns, run.name, "IncidentDeleted", why)
     original = run.p.baseline_image
     if original is None:
         return
@@ -539,6 +552,16 @@ def restore_on_delete(kube: Kube, run: IncidentRun) -> None:
         for c in out["spec"]["template"]["spec"]["containers"]:
             if c["name"] == main:
                 c["image"] = original
+        meta = out["spec"]["template"]["metadata"]
+        labels = meta.get("labels") or {}
+        keep = run.p.baseline_labels
+        if keep is None:  # a run from before baselineLabels: the selector's stay
+            keep = (out["spec"].get("selector") or {}).get("matchLabels") or {}
+        meta["labels"] = {
+            k: v for k, v in labels.items() if k in keep or not k.startswith(RUN_LABEL_PREFIX)
+        }
         return out
 
+    if kube.find_deployment(run.target_ns, run.target) is None:
+        return  # deleted by its owner: nothing to give back
     kube.mutate_deployment(run.target_ns, run.target, back)

@@ -220,6 +220,8 @@ class Persisted:
     graded: list[str] = field(default_factory=list)
     baseline_image: str | None = None
     baseline_workdir: str | None = None
+    # the pod template's labels before the injection: what the run added goes on delete
+    baseline_labels: dict[str, str] | None = None
     finished: bool = False
 
     def dump(self) -> dict[str, Any]:
@@ -229,6 +231,7 @@ class Persisted:
             "graded": self.graded,
             "baselineImage": self.baseline_image,
             "baselineWorkdir": self.baseline_workdir,
+            "baselineLabels": self.baseline_labels,
             "finished": self.finished,
         }
 
@@ -240,6 +243,7 @@ class Persisted:
             graded=list(data.get("graded") or []),
             baseline_image=data.get("baselineImage"),
             baseline_workdir=data.get("baselineWorkdir"),
+            baseline_labels=data.get("baselineLabels"),
             finished=bool(data.get("finished")),
         )
 
