@@ -501,6 +501,13 @@ def test_killed_operator_resumes_the_same_run(env: dict[str, Any]) -> None:
     before = get(env, "incidents", "inc-c")["status"]
     job_uid = env["batch"].read_namespaced_job("inc-c-load", NS).metadata.uid
     generation = env["apps"].read_namespaced_deployment("catalog-c", NS).metadata.generation
+    finished = {
+        i["metadata"]["name"]: cond(i, "Succeeded")
+        for i in env["custom"].list_namespaced_custom_object(GROUP, VERSION, NS, "incidents")[
+            "items"
+        ]
+        if (i.get("status") or {}).get("loop", {}).get("finished")
+    }
     env["op"].kill()
     restarted = time.time()
     env["op"].start()
@@ -522,6 +529,10 @@ def test_killed_operator_resumes_the_same_run(env: dict[str, Any]) -> None:
     assert state["injected_at"] == before["loop"]["state"]["injected_at"]
     assert state["verdict"]["reason"] == "AlertNeverFired"
     assert [c["type"] for c in after["conditions"]].count("Verified") == 1
+    # the restarted operator loaded every finished run as it was and left its verdict alone
+    assert finished, "no finished Incident before the restart (the module's earlier tests)"
+    for name, before_restart in finished.items():
+        assert cond(get(env, "incidents", name), "Succeeded") == before_restart, name
     # the timeout counted from the one injection, across the restart
     assert state["samples"][-1]["t"] - state["injected_at"] > 60
     # each log line once: kopf logs its startup activity once per start (a second root
