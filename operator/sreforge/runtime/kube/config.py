@@ -7,7 +7,11 @@ Configuration (environment of the operator):
     SREFORGE_IMAGE_PREFIX      service images are <prefix><service>:healthy|regressed
                                (default "sreforge/")
     SREFORGE_OPERATOR_IMAGE    image of the built-in load generator and the patch init
-                               container (default "sreforge/operator:dev")
+                               container (default "sreforge/operator:dev"; the chart sets
+                               its own image)
+    SREFORGE_OPERATOR_IMAGE_PULL_POLICY
+                               their imagePullPolicy (default IfNotPresent; the chart sets
+                               its image.pullPolicy)
     SREFORGE_SOURCE_DIR        where a service image holds its source tree (default "/app")
     SREFORGE_PROMETHEUS_URL    Prometheus to read when an Incident sets no prometheusURL
 """
@@ -49,11 +53,25 @@ def default_scenarios_dir() -> Path:
     return Path.cwd() / "scenarios"
 
 
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def _pull_policy(value: str | None) -> str:
+    if not value:
+        return "IfNotPresent"
+    if value not in PULL_POLICIES:
+        raise ValueError(
+            f"SREFORGE_OPERATOR_IMAGE_PULL_POLICY={value!r}: one of {', '.join(PULL_POLICIES)}"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     scenarios_dir: Path = field(default_factory=default_scenarios_dir)
     image_prefix: str = "sreforge/"
     operator_image: str = "sreforge/operator:dev"
+    operator_image_pull_policy: str = "IfNotPresent"
     source_dir: str = "/app"
     prometheus_url: str | None = None
 
@@ -64,6 +82,7 @@ class OperatorConfig:
             scenarios_dir=Path(e.get("SREFORGE_SCENARIOS_DIR") or default_scenarios_dir()),
             image_prefix=e.get("SREFORGE_IMAGE_PREFIX", "sreforge/"),
             operator_image=e.get("SREFORGE_OPERATOR_IMAGE") or "sreforge/operator:dev",
+            operator_image_pull_policy=_pull_policy(e.get("SREFORGE_OPERATOR_IMAGE_PULL_POLICY")),
             source_dir=e.get("SREFORGE_SOURCE_DIR") or "/app",
             prometheus_url=e.get("SREFORGE_PROMETHEUS_URL") or None,
         )

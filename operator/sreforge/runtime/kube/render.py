@@ -128,6 +128,7 @@ def render_load(
     else:
         job = k6.render_generator_job(job_name, ns, profile, target_url, cfg.operator_image)
         box = job["spec"]["template"]["spec"]["containers"][0]
+        box["imagePullPolicy"] = cfg.operator_image_pull_policy
         argv = list(box["command"])
         i = argv.index("--listen")
         argv[i + 1] = "LISTEN"
@@ -182,6 +183,7 @@ def overlay_init_containers(  # noqa: PLR0917 (private to this module's renderer
         {
             "name": f"{prefix}patch",
             "image": cfg.operator_image,
+            "imagePullPolicy": cfg.operator_image_pull_policy,
             "command": apply,
             "env": env,
             "securityContext": container_security(),
