@@ -18,14 +18,18 @@ from pydantic import ValidationError
 
 from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
 from sreforge.api.scenario import ScenarioError
+from sreforge.runtime.kube import events
 from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import OperatorConfig
 from sreforge.runtime.kube.incident import IncidentRun, restore_on_delete
 from sreforge.runtime.kube.intake import admit_submission
-from sreforge.runtime.kube.status import condition
+from sreforge.runtime.kube.status import condition, refused
 
 _kube: Kube | None = None
 _lock = threading.Lock()
+# Incidents (by uid) whose daemon is driving their run in this process: deleting one waits
+# for its daemon to stop before giving the target back.
+_driving: set[str] = set()
 
 
 def kube() -> Kube:
@@ -64,24 +68,49 @@ def incident_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, logger: Any, *
     try:
         run = IncidentRun(kube(), cfg, _fresh(incident), logger)
     except (ScenarioError, ValidationError) as exc:
+        kube().post_event(events.event(incident, events.WARNING, "InvalidScenario", str(exc)))
         kube().update_conditions(
             INCIDENT_PLURAL,
             ns,
             name,
-            [condition("Succeeded", False, "InvalidScenario", str(exc)[:4000])],
+            [
+                condition("Finished", True, "InvalidScenario", str(exc)[:4000]),
+                condition("Succeeded", False, "InvalidScenario", str(exc)[:4000]),
+            ],
             {"phase": "Failed"},
         )
         return
-    run.run(_Stop(stopped))
-    if (
-        stopped
-        and stopped.reason is not None
-        and (stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED)
-    ):
-        try:
-            restore_on_delete(kube(), run)
-        except KubeError as exc:
-            logger.warning(f"could not restore the baseline of {ns}/{name}: {exc}")
+    uid = incident["metadata"].get("uid", name)
+    with _lock:
+        _driving.add(uid)
+    try:
+        run.run(_Stop(stopped))
+    finally:
+        with _lock:
+            _driving.discard(uid)
+
+
+@kopf.on.delete(GROUP, VERSION, INCIDENT_PLURAL, retries=12)
+def incident_deleted(body: kopf.Body, logger: Any, **_: Any) -> None:
+    """An Incident deleted, finished or not: once its daemon has stopped, the target gets
+    its original image back (runtime.kube.incident.restore_on_delete)."""
+    incident = dict(body)
+    meta = incident["metadata"]
+    with _lock:
+        driving = meta.get("uid", meta["name"]) in _driving
+    if driving:  # kopf signalled the daemon to stop before calling this
+        raise kopf.TemporaryError("waiting for the run to stop", delay=1)
+    try:
+        run = IncidentRun(kube(), OperatorConfig.from_env(), _fresh(incident), logger)
+    except ScenarioError:
+        return  # it never ran: nothing to give back
+    try:
+        restore_on_delete(kube(), run)
+    except KubeError as exc:
+        raise kopf.TemporaryError(
+            f"could not restore the baseline of {meta['namespace']}/{meta['name']}: {exc}",
+            delay=5,
+        ) from exc
 
 
 def _fresh(incident: dict[str, Any]) -> dict[str, Any]:
@@ -112,12 +141,13 @@ def submission_created(body: kopf.Body, **_: Any) -> None:
     try:
         admit_submission(kube(), OperatorConfig.from_env(), dict(body))
     except ValidationError as exc:
+        kube().post_event(events.event(dict(body), events.WARNING, "InvalidSpec", str(exc)))
         meta = body["metadata"]
         kube().update_conditions(
             SUBMISSION_PLURAL,
             meta["namespace"],
             meta["name"],
-            [condition("Accepted", False, "InvalidSpec", str(exc)[:4000])],
+            refused("InvalidSpec", str(exc)[:4000]),
         )
 
 
@@ -125,12 +155,8 @@ def run_operator(
     *, namespaces: list[str] | None = None, liveness: str | None = None, verbose: bool = False
 ) -> None:
     """`sreforge operator`: kopf standalone (one replica, no peering) with these handlers."""
-    import logging  # noqa: PLC0415
-
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # kopf's handler on the root logger is the only one: a second (logging.basicConfig's)
+    # printed every line twice, once in each format
     kopf.configure(verbose=verbose)
     kopf.run(
         standalone=True,

@@ -291,7 +291,11 @@ def test_examples_validate_against_the_models() -> None:
         parsed = spec_model.model_validate(doc["spec"])
         # the wire form round-trips: aliases are the CRD's field names
         assert parsed.model_dump(by_alias=True, exclude_none=True) == {
-            **({"loadRunner": "builtin"} if doc["kind"] == "Incident" else {}),
+            **(
+                {"loadRunner": "builtin", "targetTimeoutSeconds": 600}
+                if doc["kind"] == "Incident"
+                else {}
+            ),
             **doc["spec"],
         }
 

@@ -27,6 +27,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
+{{/* The operator's image: also the image of the Jobs and init containers it makes. */}}
+{{- define "sreforge.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
 {{- define "sreforge.agentNamespace" -}}
 {{- default .Release.Namespace .Values.agent.namespace -}}
 {{- end -}}

@@ -88,6 +88,8 @@ class IncidentSpec(_Spec):
         default=None, alias="prometheusURL"
     )
     load_runner: LoadRunner = "builtin"
+    # how long the run waits for its target Deployment, its Service and its Prometheus
+    target_timeout_seconds: DaySeconds = 600
     load: IncidentLoad | None = None
     verify: IncidentVerify | None = None
 

@@ -28,7 +28,10 @@ from sreforge.api.resources import (
     IncidentStatus,
     VerdictSummary,
 )
+from sreforge.runtime.kube.config import OperatorConfig
+from sreforge.runtime.kube.render import render_ci_job, render_load
 from sreforge.runtime.process import Managed, free_port
+from sreforge.scenarios import load_scenario
 
 pytestmark = pytest.mark.kube
 
@@ -444,6 +447,50 @@ def _assert_hardened(deployment: dict[str, Any]) -> None:
         "sreforge.handlers",
     ]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # the Jobs and init containers the operator makes run its own image, pulled alike
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SREFORGE_OPERATOR_IMAGE"] == container["image"]
+    assert env["SREFORGE_OPERATOR_IMAGE_PULL_POLICY"] == container["imagePullPolicy"]
+
+
+def test_chart_points_the_jobs_at_its_own_image(helm: Any) -> None:
+    """A plain install (no overrides) and an install with another image: the operator's
+    load Job and patch init containers run exactly the chart's image, pulled alike."""
+    scenario = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
+    incident = {"metadata": {"name": "inc", "namespace": "ns", "uid": "u"}, "spec": {}}
+    for args, image, policy in (
+        ((), f"ghcr.io/sreforge/operator:{_chart_app_version()}", "IfNotPresent"),
+        (
+            (
+                "--set",
+                "image.repository=registry.local/op",
+                "--set",
+                "image.tag=t1",
+                "--set",
+                "image.pullPolicy=Never",
+            ),
+            "registry.local/op:t1",
+            "Never",
+        ),
+    ):
+        res = helm(
+            "template", "sreforge", str(CHART), "--show-only", "templates/deployment.yaml", *args
+        )
+        assert res.returncode == 0, res.stderr
+        (container,) = yaml.safe_load(res.stdout)["spec"]["template"]["spec"]["containers"]
+        assert (container["image"], container["imagePullPolicy"]) == (image, policy)
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        cfg = OperatorConfig.from_env(env)
+        (job,) = render_load(incident, scenario.load, "http://catalog:8080", "builtin", cfg)
+        (load,) = job["spec"]["template"]["spec"]["containers"]
+        assert (load["image"], load["imagePullPolicy"]) == (image, policy)
+        ci_job = render_ci_job(incident, "sub", scenario, cfg, "cm")
+        patch = ci_job["spec"]["template"]["spec"]["initContainers"][1]
+        assert (patch["image"], patch["imagePullPolicy"]) == (image, policy)
+
+
+def _chart_app_version() -> str:
+    return str(yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"])
 
 
 # ---------------------------------------------------------------- agent RBAC

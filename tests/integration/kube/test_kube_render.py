@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 from tests.kubeenv import REPO_ROOT
 
-from sreforge.api.observation import CIStatus
-from sreforge.runtime.kube import applypatch, config, render, status
+from sreforge import loop
+from sreforge.api.observation import AlertSample, CIStatus
+from sreforge.api.resources import Condition
+from sreforge.runtime.kube import applypatch, config, events, render, status
 from sreforge.scenarios import load_scenario
 
 SCENARIO = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
@@ -204,3 +206,91 @@ def test_conditions_keep_their_transition_time_until_the_status_changes() -> Non
     assert wire["lastTransitionTime"] == "2025-01-02T03:04:05Z"
     assert status.condition_of({"status": {"conditions": [wire]}}, "Accepted") == added[0]
     assert status.is_queued({"status": {"conditions": [wire]}})
+
+
+def _run(*events: loop.Event) -> status.Persisted:
+    p = status.Persisted(
+        loop.RunState(run_id="r", target_alert=SCENARIO.target_alert, verify=SCENARIO.verify)
+    )
+    for e in events:
+        loop.step(p.state, e)
+    return p
+
+
+def _by_type(conds: list[Condition]) -> dict[str, Condition]:
+    return {c.type: c for c in conds}
+
+
+def test_finished_conditions_tell_the_end_state() -> None:
+    """Every condition true of how the run ended; Finished True whatever the outcome."""
+    fault = "Deployment ns/catalog: Not Found"
+    early = _by_type(
+        status.finished_conditions(_run(loop.Start(t=0), loop.Fault(t=1, reason=fault)))
+    )
+    assert (early["Injected"].status, early["Injected"].reason) == ("False", "Inconclusive")
+    assert fault in early["Injected"].message
+    assert (early["AlertFiring"].status, early["AlertFiring"].reason) == ("False", "NotInjected")
+    assert (early["Finished"].status, early["Finished"].reason) == ("True", "Inconclusive")
+    assert (early["Succeeded"].status, early["Succeeded"].reason) == ("False", "Inconclusive")
+
+    timeout = SCENARIO.verify.fire_timeout_seconds
+    never = _run(
+        loop.Start(t=0),
+        loop.Injected(t=1),
+        loop.Sampled(sample=AlertSample(t=timeout + 2, firing=frozenset())),
+    )
+    got = _by_type(status.finished_conditions(never))
+    assert "Injected" not in got  # it was injected: its True condition stays
+    assert (got["AlertFiring"].status, got["AlertFiring"].reason) == ("False", "AlertNeverFired")
+    assert SCENARIO.target_alert in got["AlertFiring"].message
+    assert (got["Finished"].status, got["Finished"].reason) == ("True", "AlertNeverFired")
+    assert got["Succeeded"].status == "False"
+    assert got["AwaitingSubmission"].status == "False"
+
+    fired = _run(
+        loop.Start(t=0),
+        loop.Injected(t=1),
+        loop.Sampled(sample=AlertSample(t=2, firing=frozenset({SCENARIO.target_alert}))),
+        loop.Submitted(t=3),
+        loop.Fault(t=4, reason="CI Job vanished"),
+    )
+    got = _by_type(status.finished_conditions(fired))
+    assert "Injected" not in got
+    assert "AlertFiring" not in got  # it did fire: its True condition stays
+    assert (got["Finished"].status, got["Finished"].reason) == ("True", "Inconclusive")
+
+
+def test_a_submission_is_graded_or_refused_never_left_pending() -> None:
+    refused = _by_type(status.refused("IncidentFinished", "Incident x is finished"))
+    assert (refused["Accepted"].status, refused["Graded"].status) == ("False", "False")
+    assert refused["Graded"].reason == "IncidentFinished"
+    v = _run(loop.Start(t=0), loop.Fault(t=1, reason="x")).state.verdict
+    assert v is not None
+    graded = status.graded_condition(v)
+    assert (graded.type, graded.status, graded.reason) == ("Graded", "True", "Inconclusive")
+
+
+def test_event_bodies_name_their_object_and_every_phase() -> None:
+    inc = {"apiVersion": "sreforge.dev/v1alpha1", "kind": "Incident", **INCIDENT}
+    body = events.event(inc, events.WARNING, "DeploymentNotFound", "x" * 5000)
+    assert body["involvedObject"] == {
+        "apiVersion": "sreforge.dev/v1alpha1",
+        "kind": "Incident",
+        "name": "inc",
+        "namespace": "ns",
+        "uid": "u-1",
+    }
+    assert body["metadata"] == {"generateName": "inc.", "namespace": "ns"}
+    assert (body["type"], body["reason"], len(body["message"])) == (
+        "Warning",
+        "DeploymentNotFound",
+        1024,
+    )
+    p = _run()
+    for phase in loop.Phase:
+        p.state.phase = phase
+        assert events.phase_message(p.state, "ns/catalog", "sub")
+    passed = _run(loop.Start(t=0), loop.Fault(t=1, reason="x")).state.verdict
+    assert passed is not None
+    assert events.verdict_type(passed) == "Warning"
+    assert events.verdict_type(passed.model_copy(update={"passed": True})) == "Normal"

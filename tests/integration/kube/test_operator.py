@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -138,11 +139,28 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             print(op.tail())
 
 
-def make_target(env: dict[str, Any], name: str) -> None:
+def make_target(
+    env: dict[str, Any], name: str, *, ns: str = NS, deployment: bool = True, service: bool = True
+) -> None:
     """A healthy catalog Deployment and its Service (kwok marks its pod Ready)."""
     labels = {"app": "catalog", "sreforge.dev/target": name}
+    if deployment:
+        _make_deployment(env, name, ns, labels)
+    if service:
+        env["core"].create_namespaced_service(
+            ns,
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name},
+                "spec": {"selector": labels, "ports": [{"port": 8080, "targetPort": 8080}]},
+            },
+        )
+
+
+def _make_deployment(env: dict[str, Any], name: str, ns: str, labels: dict[str, str]) -> None:
     env["apps"].create_namespaced_deployment(
-        NS,
+        ns,
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -165,19 +183,15 @@ def make_target(env: dict[str, Any], name: str) -> None:
             },
         },
     )
-    env["core"].create_namespaced_service(
-        NS,
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name},
-            "spec": {"selector": labels, "ports": [{"port": 8080, "targetPort": 8080}]},
-        },
-    )
 
 
 def make_incident(
-    env: dict[str, Any], name: str, target: str, fire_timeout: int = 600, runner: str = "builtin"
+    env: dict[str, Any],
+    name: str,
+    target: str,
+    fire_timeout: int = 600,
+    runner: str = "builtin",
+    **spec: Any,
 ) -> None:
     env["custom"].create_namespaced_custom_object(
         GROUP,
@@ -195,6 +209,7 @@ def make_incident(
                 "loadRunner": runner,
                 "load": {"rate": 5, "durationSeconds": 900},
                 "verify": {"fireTimeoutSeconds": fire_timeout},
+                **spec,
             },
         },
     )
@@ -263,6 +278,13 @@ def stored_patch(env: dict[str, Any], name: str) -> str | None:
     return str(found.items[0].data["patch.diff"]) if found.items else None
 
 
+def domain_events(env: dict[str, Any], name: str, kind: str = "Incident") -> list[Any]:
+    """The operator's own Events about the object (kopf's are posted as component kopf)."""
+    sel = f"involvedObject.name={name},involvedObject.kind={kind}"
+    found = env["core"].list_namespaced_event(NS, field_selector=sel).items
+    return [e for e in found if e.source and e.source.component == "sreforge-operator"]
+
+
 def container_image(env: dict[str, Any], name: str) -> str:
     dep = env["apps"].read_namespaced_deployment(name, NS)
     return str(dep.spec.template.spec.containers[0].image)
@@ -288,6 +310,9 @@ def test_incident_is_injected_with_owned_secure_load_job(env: dict[str, Any]) ->
     assert st["loop"]["baselineImage"] == HEALTHY
     assert "brief" not in st  # the alert has not fired: nothing is handed off
     assert cond(inc, "AlertFiring")["status"] == "False"  # type: ignore[index]
+    running = cond(inc, "Finished")
+    assert running is not None
+    assert (running["status"], running["reason"]) == ("False", "Running"), running
     assert container_image(env, "catalog-a") == REGRESSED
     assert pod_incident(env, "catalog-a") == "inc-a"
 
@@ -344,6 +369,16 @@ def test_bad_patch_is_red_ci_with_the_reason(env: dict[str, Any]) -> None:
     assert st["reason"] == "PatchRejected"
     assert "escapes the workspace" in st["ciFeedback"]
     assert st["signals"]["ci_green"]["credit"] == 0
+    graded = cond(get(env, "submissions", "sub-escape"), "Graded")
+    assert graded is not None
+    assert (graded["status"], graded["reason"]) == ("True", "PatchRejected"), graded
+    env["cp"].kubectl(
+        "wait", "-n", NS, "--for=condition=Graded", "--timeout=5s", "submission/sub-escape"
+    )
+    (ev,) = domain_events(env, "sub-escape", "Submission")
+    assert (ev.type, ev.reason) == ("Warning", "PatchRejected")
+    assert ev.involved_object.uid == get(env, "submissions", "sub-escape")["metadata"]["uid"]
+    assert "escapes the workspace" in ev.message
 
     protected = "--- a/tests/test_app.py\n+++ b/tests/test_app.py\n@@ -1 +1 @@\n-x\n+y\n"
     submit(env, "sub-protected", "inc-a", protected)
@@ -363,6 +398,9 @@ def test_submissions_wait_queued_before_the_hand_off(env: dict[str, Any]) -> Non
     for name in ("sub-q1", "sub-q2"):
         c = wait_cond(env, "submissions", name, "Accepted")
         assert (c["status"], c["reason"]) == ("False", "Queued"), c
+        graded = cond(get(env, "submissions", name), "Graded")
+        assert graded is not None
+        assert (graded["status"], graded["reason"]) == ("False", "Queued"), graded
     time.sleep(3)  # give a wrong grader the chance to pick one up: neither may start
     for name in ("sub-q1", "sub-q2"):
         st = get(env, "submissions", name)["status"]
@@ -393,9 +431,30 @@ def test_fire_timeout_finishes_and_refuses_late_submissions(env: dict[str, Any])
     make_target(env, "catalog-b")
     make_incident(env, "inc-b", "catalog-b", fire_timeout=5)
     submit(env, "sub-b-early", "inc-b", "")
+    # what a user scripts: wait for the run to be over, whatever the outcome
+    env["cp"].kubectl(
+        "wait",
+        "-n",
+        NS,
+        "--for=condition=Finished",
+        "--timeout=120s",
+        "incident/inc-b",
+        timeout=150,
+    )
     done = wait_cond(env, "incidents", "inc-b", "Succeeded", timeout=120)
     assert (done["status"], done["reason"]) == ("False", "AlertNeverFired"), done
-    st = get(env, "incidents", "inc-b")["status"]
+    inc = get(env, "incidents", "inc-b")
+    finished = cond(inc, "Finished")
+    assert finished is not None
+    assert (finished["status"], finished["reason"]) == ("True", "AlertNeverFired"), finished
+    # every condition tells the end state: injected, never fired, never handed off
+    assert cond(inc, "Injected")["status"] == "True"  # type: ignore[index]
+    firing = cond(inc, "AlertFiring")
+    assert firing is not None
+    assert (firing["status"], firing["reason"]) == ("False", "AlertNeverFired"), firing
+    assert cond(inc, "AwaitingSubmission")["status"] == "False"  # type: ignore[index]
+    assert not [c for c in inc["status"]["conditions"] if c["status"] == "Unknown"]
+    st = inc["status"]
     assert st["phase"] == "Failed"
     assert st["verdict"]["passed"] is False
     assert st["verdict"]["reason"] == "AlertNeverFired"
@@ -409,6 +468,22 @@ def test_fire_timeout_finishes_and_refuses_late_submissions(env: dict[str, Any])
             == "IncidentFinished"
         ),
     )
+    never = cond(get(env, "submissions", "sub-b-early"), "Graded")
+    assert never is not None
+    assert (never["status"], never["reason"]) == ("False", "IncidentFinished"), never
+    # an Event on each phase the run went through and one on its verdict, a Warning
+    evs = domain_events(env, "inc-b")
+    assert sorted(e.reason for e in evs if e.type == "Normal") == [
+        "AwaitingFire",
+        "Injecting",
+        "Restoring",
+    ], [(e.type, e.reason) for e in evs]
+    warnings = dict(sorted((e.reason, e.message) for e in evs if e.type == "Warning"))
+    assert sorted(warnings) == ["AlertNeverFired", "Done"], warnings
+    assert SCENARIO.target_alert in warnings["AlertNeverFired"]
+    assert all(e.involved_object.uid == inc["metadata"]["uid"] for e in evs)
+    (refusal,) = domain_events(env, "sub-b-early", "Submission")
+    assert (refusal.type, refusal.reason) == ("Warning", "IncidentFinished")
     wait_for(
         "the refused Submission's stored patch to be deleted",
         lambda: stored_patch(env, "inc-b-patch-sub-b-early") is None,
@@ -434,6 +509,13 @@ def test_killed_operator_resumes_the_same_run(env: dict[str, Any]) -> None:
     before = get(env, "incidents", "inc-c")["status"]
     job_uid = env["batch"].read_namespaced_job("inc-c-load", NS).metadata.uid
     generation = env["apps"].read_namespaced_deployment("catalog-c", NS).metadata.generation
+    finished = {
+        i["metadata"]["name"]: cond(i, "Succeeded")
+        for i in env["custom"].list_namespaced_custom_object(GROUP, VERSION, NS, "incidents")[
+            "items"
+        ]
+        if (i.get("status") or {}).get("loop", {}).get("finished")
+    }
     env["op"].kill()
     restarted = time.time()
     env["op"].start()
@@ -455,8 +537,18 @@ def test_killed_operator_resumes_the_same_run(env: dict[str, Any]) -> None:
     assert state["injected_at"] == before["loop"]["state"]["injected_at"]
     assert state["verdict"]["reason"] == "AlertNeverFired"
     assert [c["type"] for c in after["conditions"]].count("Verified") == 1
+    # the restarted operator loaded every finished run as it was and left its verdict alone
+    assert finished, "no finished Incident before the restart (the module's earlier tests)"
+    for name, before_restart in finished.items():
+        assert cond(get(env, "incidents", name), "Succeeded") == before_restart, name
     # the timeout counted from the one injection, across the restart
     assert state["samples"][-1]["t"] - state["injected_at"] > 60
+    # each log line once: kopf logs its startup activity once per start (a second root
+    # handler, logging.basicConfig's, printed every line twice)
+    log = env["op"].log.read_text(errors="replace")
+    starts = log.count("--- operator start")
+    assert starts >= 2
+    assert log.count("Activity 'configure' succeeded") == starts, env["op"].tail()
 
 
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
@@ -502,6 +594,9 @@ def test_deleting_the_incident_collects_its_children(env: dict[str, Any]) -> Non
     cms = env["core"].list_namespaced_config_map(NS, label_selector=sel).items
     assert [c.metadata.name for c in cms] == ["inc-d-k6-script"]
     assert cms[0].metadata.owner_references[0].name == "inc-d"
+    submit(env, "sub-d", "inc-d", "")
+    queued = wait_cond(env, "submissions", "sub-d", "Accepted")
+    assert queued["reason"] == "Queued", queued
     env["custom"].delete_namespaced_custom_object(GROUP, VERSION, NS, "incidents", "inc-d")
     wait_for(
         "the Incident to be gone (the operator releases its finalizer)",
@@ -525,6 +620,197 @@ def test_deleting_the_incident_collects_its_children(env: dict[str, Any]) -> Non
     # the target gets back the image it had before the injection
     wait_for("catalog-d to be healthy again", lambda: container_image(env, "catalog-d") == HEALTHY)
     assert pod_incident(env, "catalog-d") is None  # its series are no Incident's any more
+    # the waiting Submission learns it will never be graded
+    c = wait_cond(env, "submissions", "sub-d", "Graded")
+    assert (c["status"], c["reason"]) == ("False", "IncidentDeleted"), c
+
+
+def test_deleting_a_finished_incident_gives_the_target_back(env: dict[str, Any]) -> None:
+    """Finished (its daemon long gone), then deleted: the user's Deployment gets its own
+    image back, and loses every trace of the run (labels the run put on its pods)."""
+    make_target(env, "catalog-f")
+    make_incident(env, "inc-f", "catalog-f", fire_timeout=5)
+    wait_for(
+        "inc-f to finish",
+        lambda: (cond(get(env, "incidents", "inc-f"), "Finished") or {}).get("status") == "True",
+        timeout=120,
+    )
+    assert container_image(env, "catalog-f") == REGRESSED
+    # a label the run puts on its pods (a run scopes its telemetry by one)
+    env["apps"].patch_namespaced_deployment(
+        "catalog-f",
+        NS,
+        {"spec": {"template": {"metadata": {"labels": {"sreforge.dev/run": "inc-f"}}}}},
+    )
+    env["custom"].delete_namespaced_custom_object(GROUP, VERSION, NS, "incidents", "inc-f")
+    wait_for(
+        "catalog-f to get its own image back",
+        lambda: container_image(env, "catalog-f") == HEALTHY,
+        timeout=60,
+    )
+    tmpl = env["apps"].read_namespaced_deployment("catalog-f", NS).spec.template
+    assert tmpl.metadata.labels == {"app": "catalog", "sreforge.dev/target": "catalog-f"}
+    assert tmpl.metadata.annotations in (None, {})
+    assert not tmpl.spec.init_containers
+    assert not tmpl.spec.volumes
+    wait_for(
+        "the finished Incident to be gone",
+        lambda: (
+            not [
+                i
+                for i in env["custom"].list_namespaced_custom_object(
+                    GROUP, VERSION, NS, "incidents"
+                )["items"]
+                if i["metadata"]["name"] == "inc-f"
+            ]
+        ),
+    )
+
+
+def _no_unknown_conditions(inc: dict[str, Any]) -> None:
+    left = [c for c in inc["status"]["conditions"] if c["status"] == "Unknown"]
+    assert not left, left
+
+
+def wait_reason(
+    env: dict[str, Any], name: str, type_: str, reason: str, timeout: float = 60.0
+) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        c = cond(get(env, "incidents", name), type_)
+        return c if c is not None and c["reason"] == reason else None
+
+    try:
+        got: dict[str, Any] = wait_for(f"incidents/{name} {type_} reason {reason}", probe, timeout)
+    except BaseException:
+        print(env["op"].tail())
+        raise
+    return got
+
+
+def load_jobs(env: dict[str, Any], incident: str) -> list[Any]:
+    sel = f"sreforge.dev/incident={incident}"
+    return list(env["batch"].list_namespaced_job(NS, label_selector=sel).items)
+
+
+def test_a_missing_target_is_waited_for_changing_nothing(env: dict[str, Any]) -> None:
+    """Created before its target (a GitOps sync in the wrong order): the Incident names what
+    is missing, changes nothing, and injects once the Deployment and its Service appear."""
+    make_incident(env, "inc-late", "catalog-late", fire_timeout=5, targetTimeoutSeconds=300)
+    c = wait_reason(env, "inc-late", "Injected", "DeploymentNotFound")
+    assert c["status"] == "False"
+    assert sorted((e.type, e.reason) for e in domain_events(env, "inc-late")) == [
+        ("Normal", "Injecting"),
+        ("Warning", "DeploymentNotFound"),
+    ]
+    assert f"{NS}/catalog-late does not exist" in c["message"]
+    assert "300s" in c["message"]
+    st = get(env, "incidents", "inc-late")["status"]
+    assert st["phase"] == "Injecting"
+    assert cond({"status": st}, "Finished")["status"] == "False"  # type: ignore[index]
+    assert not load_jobs(env, "inc-late")
+    make_target(env, "catalog-late", service=False)
+    c = wait_reason(env, "inc-late", "Injected", "ServiceNotFound", timeout=30)
+    assert "catalog-late" in c["message"]
+    time.sleep(6)  # one more look by the operator: it still changes nothing
+    dep = env["apps"].read_namespaced_deployment("catalog-late", NS)
+    assert (dep.metadata.generation, container_image(env, "catalog-late")) == (1, HEALTHY)
+    assert not load_jobs(env, "inc-late")
+    make_target(env, "catalog-late", deployment=False)
+    done = wait_reason(env, "inc-late", "Injected", "RegressedBuildRolledOut", timeout=60)
+    assert done["status"] == "True"
+    assert container_image(env, "catalog-late") == REGRESSED
+    assert load_jobs(env, "inc-late")
+
+
+def test_a_target_that_never_appears_ends_inconclusive(env: dict[str, Any]) -> None:
+    """The reviewers' case: an Incident without its Deployment. At the deadline it ends
+    Inconclusive, every condition telling why, and `kubectl wait` sees it finish."""
+    make_incident(env, "inc-gone", "catalog-never", targetTimeoutSeconds=6)
+    env["cp"].kubectl(
+        "wait",
+        "-n",
+        NS,
+        "--for=condition=Finished",
+        "--timeout=60s",
+        "incident/inc-gone",
+        timeout=90,
+    )
+    inc = get(env, "incidents", "inc-gone")
+    st = inc["status"]
+    assert st["phase"] == "Failed"
+    assert st["verdict"]["reason"] == "Inconclusive"
+    finished = cond(inc, "Finished")
+    assert finished is not None
+    assert (finished["status"], finished["reason"]) == ("True", "Inconclusive"), finished
+    injected = cond(inc, "Injected")
+    assert injected is not None
+    assert (injected["status"], injected["reason"]) == ("False", "DeploymentNotFound"), injected
+    assert f"{NS}/catalog-never does not exist" in injected["message"]
+    assert "after 6s" in injected["message"]
+    firing = cond(inc, "AlertFiring")
+    assert firing is not None
+    assert (firing["status"], firing["reason"]) == ("False", "NotInjected"), firing
+    succeeded = cond(inc, "Succeeded")
+    assert succeeded is not None
+    assert (succeeded["status"], succeeded["reason"]) == ("False", "Inconclusive")
+    assert "catalog-never" in succeeded["message"]
+    _no_unknown_conditions(inc)
+    assert not load_jobs(env, "inc-gone")
+
+
+def test_an_unreachable_prometheus_is_named_and_nothing_changes(env: dict[str, Any]) -> None:
+    make_target(env, "catalog-p")
+    with socket.socket() as s:  # a port with nothing behind it
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    make_incident(env, "inc-p", "catalog-p", targetTimeoutSeconds=8, prometheusURL=dead)
+    c = wait_reason(env, "inc-p", "Injected", "PrometheusUnreachable")
+    assert dead in c["message"]
+    reach = cond(get(env, "incidents", "inc-p"), "PrometheusReachable")
+    assert reach is not None
+    assert (reach["status"], reach["reason"]) == ("False", "Unreachable"), reach
+    assert dead in reach["message"]
+    assert "Connection" in reach["message"]  # requests' ConnectionError: refused
+    done = wait_cond(env, "incidents", "inc-p", "Succeeded", timeout=60)
+    assert done["reason"] == "Inconclusive", done
+    inc = get(env, "incidents", "inc-p")
+    assert cond(inc, "Injected")["reason"] == "PrometheusUnreachable"  # type: ignore[index]
+    _no_unknown_conditions(inc)
+    dep = env["apps"].read_namespaced_deployment("catalog-p", NS)
+    assert (dep.metadata.generation, container_image(env, "catalog-p")) == (1, HEALTHY)
+
+
+def test_a_pod_that_quota_forbids_is_a_harness_fault(env: dict[str, Any]) -> None:
+    """The regressed build's pod cannot be created (ResourceQuota, enforced by the real
+    apiserver and controller-manager): Inconclusive with the controller's own reason, well
+    before the rollout's timeout."""
+    ns = "sreforge-op-quota"
+    env["cp"].kubectl("create", "namespace", ns)
+    env["cp"].kubectl("create", "quota", "one-pod", "-n", ns, "--hard=pods=1")
+    wait_for(
+        "the quota's usage to be counted",
+        lambda: env["core"].read_namespaced_resource_quota("one-pod", ns).status.used is not None,
+    )
+    make_target(env, "catalog-q", ns=ns)
+    wait_for(
+        "the healthy pod to count against the quota",
+        lambda: (
+            env["core"].read_namespaced_resource_quota("one-pod", ns).status.used.get("pods") == "1"
+        ),
+    )
+    make_incident(env, "inc-q", "catalog-q", targetNamespace=ns)
+    t0 = time.monotonic()
+    done = wait_cond(env, "incidents", "inc-q", "Succeeded", timeout=90)
+    assert (done["status"], done["reason"]) == ("False", "Inconclusive"), done
+    assert "exceeded quota" in done["message"], done
+    assert "FailedCreate" in done["message"], done
+    assert time.monotonic() - t0 < SCENARIO.service.deploy_timeout_seconds + 20
+    inc = get(env, "incidents", "inc-q")
+    injected = cond(inc, "Injected")
+    assert injected is not None
+    assert injected["status"] == "False", injected
+    assert "exceeded quota" in injected["message"]
+    _no_unknown_conditions(inc)
 
 
 def test_sreforge_submit_creates_a_queued_submission(env: dict[str, Any], tmp_path: Path) -> None:

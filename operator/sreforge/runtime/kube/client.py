@@ -19,10 +19,47 @@ from sreforge.api.resources import (
 from sreforge.errors import SreforgeError
 from sreforge.runtime.driver import Stop
 from sreforge.runtime.kube.status import conditions_of, set_condition
+from sreforge.runtime.kube.trouble import (
+    Trouble,
+    Watch,
+    deployment_troubles,
+    failed_create,
+    pod_troubles,
+)
+
+# How often a waiting Job's pods are looked at for troubles (its own status every 0.5 s).
+TROUBLE_LOOK_SECONDS = 2.0
+
+
+JSON_PATCH = "application/json-patch+json"
+
+
+def _without_nulls(status: dict[str, Any]) -> dict[str, Any]:
+    """Status fields as a merge patch would leave them: a null is no value; except inside
+    `loop`, the persisted state, whose nulls are values (free-form: the server keeps them)."""
+
+    def strip(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if x is not None}
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        return v
+
+    return {k: v if k == "loop" else strip(v) for k, v in status.items() if v is not None}
 
 
 class KubeError(SreforgeError, RuntimeError):
     """A Kubernetes interaction that failed; the message is for a condition or a Fault."""
+
+
+class PodFault(KubeError):
+    """A pod the harness made cannot start (image, config, quota, scheduling, the harness's
+    own container OOM-killed): a harness fault with the pod's own reason, never the agent's
+    failure."""
+
+    def __init__(self, trouble: Trouble) -> None:
+        super().__init__(f"a pod cannot start: {trouble}")
+        self.trouble = trouble
 
 
 class Kube:
@@ -113,19 +150,61 @@ class Kube:
         updates: Sequence[Condition],
         extra: dict[str, Any] | None = None,
     ) -> None:
-        """Upsert `updates` into the object's conditions and write them with `extra` status."""
+        """Upsert `updates` into the object's conditions and write them with `extra` status.
+
+        A JSON patch guarded by the resourceVersion read (retried on a conflict), so two
+        writers never lose each other's conditions; and `loop` keeps its nulls (a merge
+        patch deletes every key whose value is null: the persisted state, e.g. a blind
+        sample's `firing: null` or a signal's `value: null`, could not be loaded again)."""
         getter = self.get_incident if plural == INCIDENT_PLURAL else self.get_submission
-        obj = getter(ns, name)
-        if obj is None:
-            return
-        conds = conditions_of(obj)
-        gen = obj["metadata"].get("generation")
-        for new in updates:
-            conds = set_condition(conds, new, gen)
-        dumped = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conds]
-        self.patch_status(
-            plural, ns, name, {**(extra or {}), "conditions": dumped, "observedGeneration": gen}
+        for _ in range(10):
+            obj = getter(ns, name)
+            if obj is None:
+                return
+            conds = conditions_of(obj)
+            gen = obj["metadata"].get("generation")
+            for new in updates:
+                conds = set_condition(conds, new, gen)
+            dumped = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conds]
+            status = _without_nulls(
+                {**(extra or {}), "conditions": dumped, "observedGeneration": gen}
+            )
+            rv = obj["metadata"]["resourceVersion"]
+            ops: list[dict[str, Any]] = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": rv}
+            ]
+            if obj.get("status") is None:
+                ops.append({"op": "add", "path": "/status", "value": status})
+            else:
+                ops += [
+                    {"op": "add", "path": f"/status/{k}", "value": v} for k, v in status.items()
+                ]
+            try:
+                self.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, ns, plural, name, ops, _content_type=JSON_PATCH
+                )
+                return
+            except self._exc as exc:
+                if self._status(exc) == 404:
+                    return  # deleted meanwhile: nothing to write to
+                if not self._conflict(exc):
+                    raise
+        raise KubeError(f"{plural} {ns}/{name}: status write conflicts did not settle")
+
+    def _conflict(self, exc: Any) -> bool:
+        """A write refused because the object changed since it was read."""
+        return self._status(exc) == 409 or (
+            self._status(exc) == 422 and "test operation" in str(getattr(exc, "body", ""))
         )
+
+    def post_event(self, body: dict[str, Any]) -> bool:
+        """Create a core/v1 Event (sreforge.runtime.kube.events); best-effort: an Event that
+        cannot be posted is never a reason to stop a run. Whether it was posted."""
+        try:
+            self.core.create_namespaced_event(body["metadata"]["namespace"], body)
+        except self._exc:
+            return False
+        return True
 
     def create(self, obj: dict[str, Any]) -> None:
         """Create a Job or ConfigMap; an existing one of the same name is kept (idempotent)."""
@@ -185,6 +264,25 @@ class Kube:
             self.delete_configmap(ns, name)
 
     # --- deployments
+    def find_deployment(self, ns: str, name: str) -> dict[str, Any] | None:
+        """The Deployment, or None when it does not exist (other errors raise KubeError)."""
+        try:
+            return self._plain(self.apps.read_namespaced_deployment(name, ns))
+        except self._exc as exc:
+            if self._status(exc) == 404:
+                return None
+            raise KubeError(f"Deployment {ns}/{name}: {getattr(exc, 'reason', exc)}") from exc
+
+    def service_exists(self, ns: str, name: str) -> bool:
+        """Whether the Service exists (errors other than not-found raise KubeError)."""
+        try:
+            self.core.read_namespaced_service(name, ns)
+        except self._exc as exc:
+            if self._status(exc) == 404:
+                return False
+            raise KubeError(f"Service {ns}/{name}: {getattr(exc, 'reason', exc)}") from exc
+        return True
+
     def get_deployment(self, ns: str, name: str) -> dict[str, Any]:
         try:
             return self._plain(self.apps.read_namespaced_deployment(name, ns))
@@ -209,10 +307,7 @@ class Kube:
                 self.apps.patch_namespaced_deployment(name, ns, ops)
                 return
             except self._exc as exc:
-                conflict = self._status(exc) == 409 or (
-                    self._status(exc) == 422 and "test operation" in str(exc.body)
-                )
-                if not conflict:
+                if not self._conflict(exc):
                     raise KubeError(f"Deployment {ns}/{name}: {exc.reason}: {exc.body}") from exc
         raise KubeError(f"Deployment {ns}/{name}: write conflicts did not settle")
 
@@ -235,44 +330,92 @@ class Kube:
             return True, ""
         return False, f"{updated}/{want} updated, {avail} available, {total} total"
 
-    def wait_rollout(self, ns: str, name: str, timeout: float, stop: Stop) -> float:
-        """Block until the rollout completes; returns its time. KubeError on timeout."""
+    def wait_rollout(
+        self,
+        ns: str,
+        name: str,
+        timeout: float,
+        stop: Stop,
+        agent_containers: frozenset[str] = frozenset(),
+    ) -> float:
+        """Block until the rollout completes; returns its time. PodFault as soon as a pod
+        cannot start for the harness's reasons (sreforge.runtime.kube.trouble; the
+        containers in `agent_containers` run the code under test); KubeError on timeout."""
         deadline = time.monotonic() + timeout
         why = ""
+        watch = Watch()
         while time.monotonic() < deadline and not stop.is_set():
             done, why = self.rollout_done(ns, name)
             if done:
                 return time.time()
-            why = why or self._pod_trouble(ns, name)
+            stuck = watch.stuck(self.rollout_troubles(ns, name, agent_containers), time.monotonic())
+            if stuck is not None:
+                raise PodFault(stuck)
             time.sleep(0.5)
-        detail = self._pod_trouble(ns, name)
+        troubles = self.rollout_troubles(ns, name, agent_containers)
+        harness = [t for t in troubles if t.harness]
+        if harness:
+            raise PodFault(harness[0])
+        detail = "; ".join(str(t) for t in troubles[:3])
         raise KubeError(
             f"Deployment {ns}/{name} did not roll out within {timeout:.0f}s: "
             f"{why}{'; ' + detail if detail else ''}"
         )
 
-    def _pod_trouble(self, ns: str, dep_name: str) -> str:
-        """Why the Deployment's pods are not ready (a waiting/terminated reason), if shown."""
+    def rollout_troubles(
+        self, ns: str, dep_name: str, agent_containers: frozenset[str] = frozenset()
+    ) -> list[Trouble]:
+        """Why the Deployment's pods are not running (none when it cannot be read)."""
         try:
             dep = self.apps.read_namespaced_deployment(dep_name, ns)
             sel = ",".join(f"{k}={v}" for k, v in (dep.spec.selector.match_labels or {}).items())
             pods = self.core.list_namespaced_pod(ns, label_selector=sel).items
         except self._exc:
-            return ""
-        for p in pods:
-            st = p.status
-            for cs in (st.init_container_statuses or []) + (st.container_statuses or []):
-                term = cs.state.terminated if cs.state else None
-                wait = cs.state.waiting if cs.state else None
-                if term is not None and term.exit_code:
-                    return f"container {cs.name} exited {term.exit_code}: {term.message or ''}"
-                if wait is not None and wait.reason not in (
-                    None,
-                    "ContainerCreating",
-                    "PodInitializing",
-                ):
-                    return f"container {cs.name} {wait.reason}: {wait.message or ''}"
-        return ""
+            return []
+        out = deployment_troubles(self._plain(dep))
+        for pod in pods:
+            out += pod_troubles(self._plain(pod), agent_containers)
+        return out
+
+    def job_troubles(
+        self, ns: str, name: str, agent_containers: frozenset[str] = frozenset()
+    ) -> list[Trouble]:
+        """Why the Job's pods are not running, or are not there (quota: FailedCreate)."""
+        try:
+            pods = self.core.list_namespaced_pod(
+                ns, label_selector=f"batch.kubernetes.io/job-name={name}"
+            ).items
+            events = self.core.list_namespaced_event(
+                ns, field_selector=f"involvedObject.kind=Job,involvedObject.name={name}"
+            ).items
+        except self._exc:
+            return []
+        out: list[Trouble] = []
+        for pod in pods:
+            out += pod_troubles(self._plain(pod), agent_containers)
+        if not pods:
+            out += failed_create([self._plain(e) for e in events], f"Job {name}")
+        return out
+
+    def wait_started(self, ns: str, job: str, timeout: float, stop: Stop) -> bool:
+        """Wait until a pod of the Job runs (or ran); PodFault when one cannot start for the
+        harness's reasons; False when none started within `timeout` for no reason shown."""
+        deadline = time.monotonic() + timeout
+        watch = Watch()
+        while time.monotonic() < deadline and not stop.is_set():
+            try:
+                pods = self.core.list_namespaced_pod(
+                    ns, label_selector=f"batch.kubernetes.io/job-name={job}"
+                ).items
+            except self._exc:
+                pods = []
+            if any(p.status.phase in ("Running", "Succeeded") for p in pods):
+                return True
+            stuck = watch.stuck(self.job_troubles(ns, job), time.monotonic())
+            if stuck is not None:
+                raise PodFault(stuck)
+            time.sleep(1.0)
+        return False
 
     def service_url(self, ns: str, name: str) -> str:
         try:
@@ -331,16 +474,37 @@ class Kube:
         return result, details
 
     def wait_job(
-        self, ns: str, name: str, timeout: float, stop: Stop
+        self,
+        ns: str,
+        name: str,
+        timeout: float,
+        stop: Stop,
+        agent_containers: frozenset[str] = frozenset(),
     ) -> tuple[bool, dict[str, Any]]:
         """Block until the Job finishes: (succeeded, details as job_outcome gives them).
-        KubeError on timeout or when `stop` is set."""
+        PodFault (the Job deleted) when its pod cannot start for the harness's reasons or a
+        harness container of it was OOM-killed; KubeError on timeout or when `stop` is set."""
         deadline = time.monotonic() + timeout
+        watch = Watch()
+        next_look = 0.0
         while not stop.is_set():
             ok, details = self.job_outcome(ns, name)
+            if ok is False:
+                for box in details.get("containers") or []:
+                    if box["reason"] == "OOMKilled" and box["name"] not in agent_containers:
+                        raise PodFault(
+                            Trouble(f"Job {name} container {box['name']}", "OOMKilled", "", True)
+                        )
             if ok is not None:
                 return ok, details
             if time.monotonic() > deadline:
                 raise KubeError(f"Job {ns}/{name} did not finish")
+            if time.monotonic() >= next_look:
+                next_look = time.monotonic() + TROUBLE_LOOK_SECONDS
+                troubles = self.job_troubles(ns, name, agent_containers)
+                stuck = watch.stuck(troubles, time.monotonic())
+                if stuck is not None:
+                    self.delete_job(ns, name)
+                    raise PodFault(stuck)
             time.sleep(0.5)
         raise KubeError("operator stopping")

@@ -8,7 +8,11 @@ Configuration (environment of the operator):
                                build of each scenario, <prefix><service>:<scenario> (default
                                "sreforge/"; hack/images.sh builds them)
     SREFORGE_OPERATOR_IMAGE    image of the built-in load generator and the patch init
-                               container (default "sreforge/operator:dev")
+                               container (default "sreforge/operator:dev"; the chart sets
+                               its own image)
+    SREFORGE_OPERATOR_IMAGE_PULL_POLICY
+                               their imagePullPolicy (default IfNotPresent; the chart sets
+                               its image.pullPolicy)
     SREFORGE_SOURCE_DIR        where a service image holds its source tree (default "/app")
     SREFORGE_PROMETHEUS_URL    Prometheus to read when an Incident sets no prometheusURL
 """
@@ -38,6 +42,7 @@ FILES_KEY = "files.txt"  # beside the vetted patch: the paths it changes, one a 
 TERMINATION_LOG = "/dev/termination-log"
 SRC_VOLUME = "sreforge-src"
 PATCH_VOLUME = "sreforge-patch"
+TMP_VOLUME = "sreforge-tmp"  # the overlay init containers' /tmp: their root is read-only
 OVERLAY_SRC = "/sreforge/src"
 OVERLAY_PATCH = "/sreforge/patch"
 
@@ -51,11 +56,25 @@ def default_scenarios_dir() -> Path:
     return Path.cwd() / "scenarios"
 
 
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def _pull_policy(value: str | None) -> str:
+    if not value:
+        return "IfNotPresent"
+    if value not in PULL_POLICIES:
+        raise ValueError(
+            f"SREFORGE_OPERATOR_IMAGE_PULL_POLICY={value!r}: one of {', '.join(PULL_POLICIES)}"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     scenarios_dir: Path = field(default_factory=default_scenarios_dir)
     image_prefix: str = "sreforge/"
     operator_image: str = "sreforge/operator:dev"
+    operator_image_pull_policy: str = "IfNotPresent"
     source_dir: str = "/app"
     prometheus_url: str | None = None
 
@@ -66,6 +85,7 @@ class OperatorConfig:
             scenarios_dir=Path(e.get("SREFORGE_SCENARIOS_DIR") or default_scenarios_dir()),
             image_prefix=e.get("SREFORGE_IMAGE_PREFIX", "sreforge/"),
             operator_image=e.get("SREFORGE_OPERATOR_IMAGE") or "sreforge/operator:dev",
+            operator_image_pull_policy=_pull_policy(e.get("SREFORGE_OPERATOR_IMAGE_PULL_POLICY")),
             source_dir=e.get("SREFORGE_SOURCE_DIR") or "/app",
             prometheus_url=e.get("SREFORGE_PROMETHEUS_URL") or None,
         )

@@ -25,7 +25,8 @@ from sreforge.api.verdict import Verdict
 from sreforge.loop import Phase, RunState
 from sreforge.runtime import failpoint
 from sreforge.runtime.driver import Driver, Stop
-from sreforge.runtime.kube.client import Kube, KubeError
+from sreforge.runtime.kube import events
+from sreforge.runtime.kube.client import Kube, KubeError, PodFault
 from sreforge.runtime.kube.config import (
     CI_MARGIN_SECONDS,
     OperatorConfig,
@@ -33,6 +34,14 @@ from sreforge.runtime.kube.config import (
     effective_verify,
 )
 from sreforge.runtime.kube.intake import VettedPatch, next_queued, read_vetted, refuse_queued
+from sreforge.runtime.kube.prerequisites import (
+    UNREACHABLE,
+    Missing,
+    await_prerequisites,
+    prometheus_condition,
+    prometheus_error,
+    waiting_condition,
+)
 from sreforge.runtime.kube.rca import diagnose
 from sreforge.runtime.kube.render import (
     load_job_name,
@@ -50,7 +59,11 @@ from sreforge.runtime.kube.status import (
     ci_condition,
     ci_result_of,
     condition,
+    finished_conditions,
+    graded_condition,
     incident_phase,
+    refused,
+    started_conditions,
     verdict_condition,
     verdict_status,
 )
@@ -63,6 +76,10 @@ PERSIST_EVERY_SECONDS = 5.0
 OPERATOR_CASES = {"cases": None, "stop_on_pass": True, "waiting_samples_kept": 5}
 # How often the queue of Submissions is looked at while the Incident waits for one.
 QUEUE_LOOK_SECONDS = 1.0
+# Pod template labels under this prefix that were not there before the injection are the
+# run's, removed when the Incident is deleted.
+RUN_LABEL_PREFIX = "sreforge.dev/"
+NO_PROMETHEUS = "no Prometheus: set spec.prometheusURL or SREFORGE_PROMETHEUS_URL"
 
 
 class IncidentRun:
@@ -83,6 +100,7 @@ class IncidentRun:
         # what the target's pods carry while the Incident runs (render.overlay_template)
         self._labels = {"incident": self.name, "scenario": self.spec.scenario}
         url = self.spec.prometheus_url or cfg.prometheus_url
+        self.prometheus_url = url
         self.telemetry = (
             Telemetry(
                 url,
@@ -99,10 +117,14 @@ class IncidentRun:
         self._next_queue_look = 0.0
         self._last_verdict: Verdict | None = None
         self._persisted_phase: Phase | None = None
+        self._evented_phase: Phase | None = None  # the phase whose Event was posted
+        self._missing: Missing | None = None  # a prerequisite waited for, if any
+        self._prometheus_ok: bool | None = None  # as the PrometheusReachable condition says
         status = incident.get("status") or {}
         if status.get("loop"):
             self.p = Persisted.load(status["loop"])
             self.resumed = True
+            self._evented_phase = self.p.state.phase  # posted by the operator before
         else:
             run_id = f"{self.name}-{datetime.now(tz=UTC).strftime('%Y%m%dT%H%M%SZ')}"
             self.p = Persisted(
@@ -135,8 +157,20 @@ class IncidentRun:
         self._last_persist = time.monotonic()
         entered = st.phase is not self._persisted_phase
         self._persisted_phase = st.phase
+        if st.phase not in (self._evented_phase, Phase.PENDING):
+            self._evented_phase = st.phase
+            self._phase_event()
         if entered:
             failpoint.reached(f"persisted:{st.phase.value}")
+
+    def _phase_event(self) -> None:
+        st = self.p.state
+        message = events.phase_message(st, f"{self.target_ns}/{self.target}", self.p.submission)
+        type_ = events.NORMAL
+        if st.phase is Phase.DONE and st.verdict is not None:
+            type_ = events.verdict_type(st.verdict)
+            message += f" ({st.verdict.reason.value})"
+        self.kube.post_event(events.event(self.incident, type_, st.phase.value, message))
 
     def _sub_conditions(
         self,
@@ -157,12 +191,7 @@ class IncidentRun:
             self.log.info(f"resuming run {st.run_id} in phase {st.phase}")
             first: loop.Event = loop.Resumed(t=time.time())
         else:
-            self._persist(
-                [
-                    condition("Injected", None, "Pending", "starting the run"),
-                    condition("Succeeded", None, "Running", "the run is in progress"),
-                ]
-            )
+            self._persist(started_conditions())
             first = loop.Start(t=time.time())
         self.driver.run(first, stop)
 
@@ -177,8 +206,15 @@ class IncidentRun:
 
     def sample(self) -> AlertSample:
         if self.telemetry is None:
-            raise KubeError("no Prometheus: set spec.prometheusURL or SREFORGE_PROMETHEUS_URL")
-        return self.telemetry.sample()
+            raise KubeError(NO_PROMETHEUS)
+        got = self.telemetry.sample()
+        ok = got.firing is not None
+        if ok is not self._prometheus_ok:
+            self._prometheus_ok = ok
+            url = self.telemetry.url
+            error = None if ok else prometheus_error(url) or "ALERTS could not be read"
+            self._persist([prometheus_condition(url, error)])
+        return got
 
     def poll(self) -> loop.Event | None:
         """A queued Submission, looked for once a second while the Incident waits."""
@@ -226,13 +262,42 @@ class IncidentRun:
         self._persist(conds)
 
     # --- actions (sreforge.runtime.driver.Runtime)
+    def _await_prerequisites(self) -> None:
+        """Wait, changing nothing, for the target, its Service and Prometheus; each change of
+        what is missing goes to the Injected condition."""
+        if self.prometheus_url is None:
+            raise KubeError(NO_PROMETHEUS)
+        timeout = self.spec.target_timeout_seconds
+
+        url = self.prometheus_url
+
+        def shown(missing: Missing | None) -> None:
+            self._missing = missing
+            conds = [waiting_condition(missing, timeout)]
+            if missing is not None:
+                self.kube.post_event(
+                    events.event(self.incident, events.WARNING, missing.reason, missing.message)
+                )
+            error = missing.error if missing is not None and missing.reason == UNREACHABLE else None
+            if error is not None or self._prometheus_ok is False:
+                self._prometheus_ok = error is None
+                conds.append(prometheus_condition(url, error))
+            self._persist(conds)
+
+        since = self.p.state.started_at or time.time()
+        await_prerequisites(
+            self.kube, self.target_ns, self.target, url, since, timeout, self._stop, shown
+        )
+
     def inject(self) -> loop.Event:
         svc = self.scenario.service.name
+        self._await_prerequisites()
         dep = self.kube.get_deployment(self.target_ns, self.target)
         box = target_container(dep, svc)
         if self.p.baseline_image is None:
             self.p.baseline_image = box.get("image")
             self.p.baseline_workdir = box.get("workingDir")
+            self.p.baseline_labels = dict(dep["spec"]["template"]["metadata"].get("labels") or {})
             # in status before the image changes: an operator that dies after the swap must
             # not take the regressed image for the baseline when it resumes
             self._persist()
@@ -251,6 +316,9 @@ class IncidentRun:
         profile = effective_load(self.scenario, self.spec)
         for obj in render_load(self.incident, profile, url, self.spec.load_runner, self.cfg):
             self.kube.create(obj)
+        timeout = self.scenario.service.deploy_timeout_seconds
+        if not self.kube.wait_started(self.ns, load_job_name(self.name), timeout, self._stop):
+            self.log.warning(f"the load Job's pod has not started within {timeout}s")
         return loop.Injected(t=time.time())
 
     def hand_off(self) -> None:
@@ -293,7 +361,8 @@ class IncidentRun:
                     True,
                     "Grading",
                     f"graded against Incident {self.name} (run {self.p.state.run_id})",
-                )
+                ),
+                condition("Graded", False, "Grading", "the CI gate, the rollout, the oracle"),
             ],
         )
         self._persist(
@@ -323,7 +392,10 @@ class IncidentRun:
         self.kube.create(job)
         failpoint.reached("applied:run-ci")
         timeout = self.scenario.service.test_timeout_seconds + CI_MARGIN_SECONDS * 2
-        ok, details = self.kube.wait_job(self.ns, job["metadata"]["name"], timeout, self._stop)
+        # the tests run the agent's code: their crash or OOM kill is red CI, not a fault
+        ok, details = self.kube.wait_job(
+            self.ns, job["metadata"]["name"], timeout, self._stop, frozenset({"test"})
+        )
         test_command = self.scenario.service.test_command
         res = ci_result_of(ok, details, test_command, time.time() - t0, files)
         self._sub_conditions(sub, [ci_condition(res)])
@@ -352,6 +424,7 @@ class IncidentRun:
                 **self._labels,
             )
 
+        main = target_container(self.kube.get_deployment(self.target_ns, self.target), svc)
         try:
             self.kube.mutate_deployment(self.target_ns, self.target, overlay)
             failpoint.reached("applied:deploy")
@@ -360,7 +433,11 @@ class IncidentRun:
                 self.target,
                 self.scenario.service.deploy_timeout_seconds,
                 self._stop,
+                frozenset({main["name"]}),  # runs the patched code: its crash is the agent's
             )
+        except PodFault as exc:
+            self._sub_conditions(sub, [condition("Deployed", False, "HarnessFault", str(exc))])
+            raise  # not the agent's failure: the run is Inconclusive
         except KubeError as exc:
             self._sub_conditions(sub, [condition("Deployed", False, "RolloutFailed", str(exc))])
             return loop.DeployFailed(t=time.time(), reason=str(exc)[:2000])
@@ -391,13 +468,25 @@ class IncidentRun:
         }
         # The Incident first: whoever sees the Submission graded sees the Incident's summary.
         self._persist([verdict_condition("Verified", verdict)], {"verdict": summary})
+        why = events.verdict_message(verdict, sub)
+        kind, reason = events.verdict_type(verdict), verdict.reason.value
+        self.kube.post_event(events.event(self.incident, kind, reason, why))
         failpoint.reached("applied:record")
         if sub is not None:
             fields = verdict_status(verdict, st.ci)
-            conds = [verdict_condition("Verified", verdict)]
+            conds = [
+                condition(
+                    "Accepted", True, "Graded", f"graded against Incident {self.name} ({st.run_id})"
+                ),
+                verdict_condition("Verified", verdict),
+                graded_condition(verdict),
+            ]
             if st.ci is not None and not st.ci.green:
                 conds.append(ci_condition(st.ci))
             self._sub_conditions(sub, conds, fields)
+            graded = self.kube.get_submission(self.ns, sub)
+            if graded is not None:
+                self.kube.post_event(events.event(graded, kind, reason, why))
             self._judge(sub, verdict)
 
     def _judge(self, sub: str, verdict: Verdict) -> None:
@@ -452,21 +541,24 @@ class IncidentRun:
         self.p.finished = True
         self.kube.delete_job(self.ns, load_job_name(self.name))
         self.kube.delete_job(self.ns, probe_job_name(self.name))
-        self._persist(
-            [
-                condition("AwaitingSubmission", False, "Finished", "the run is over"),
-                verdict_condition("Succeeded", verdict),
-            ]
-        )
+        missing = self._missing.reason if self._missing is not None else None
+        self._persist(finished_conditions(self.p, missing))
         self._refuse_queued(
             "IncidentFinished", f"Incident {self.name} is finished ({verdict.reason.value})"
         )
 
 
 def restore_on_delete(kube: Kube, run: IncidentRun) -> None:
-    """An Incident deleted: its target Deployment gets back the image it had before the
-    injection, without overlay and without the Incident's label (the Jobs and ConfigMaps go
-    with the real garbage collector)."""
+    """An Incident deleted, finished or not: its target Deployment gets back the image it had
+    before the injection, without overlay and without the labels the run put on its pods;
+    Submissions still waiting or being graded are told (the Jobs and ConfigMaps go with the
+    real garbage collector)."""
+    why = f"Incident {run.name} was deleted"
+    if run.p.submission is not None and not run.p.finished:
+        kube.update_conditions(
+            SUBMISSION_PLURAL, run.ns, run.p.submission, refused("IncidentDeleted", why)
+        )
+    refuse_queued(kube, run.ns, run.name, "IncidentDeleted", why)
     original = run.p.baseline_image
     if original is None:
         return
@@ -478,6 +570,16 @@ def restore_on_delete(kube: Kube, run: IncidentRun) -> None:
         for c in out["spec"]["template"]["spec"]["containers"]:
             if c["name"] == main:
                 c["image"] = original
+        meta = out["spec"]["template"]["metadata"]
+        labels = meta.get("labels") or {}
+        keep = run.p.baseline_labels
+        if keep is None:  # a run from before baselineLabels: the selector's stay
+            keep = (out["spec"].get("selector") or {}).get("matchLabels") or {}
+        meta["labels"] = {
+            k: v for k, v in labels.items() if k in keep or not k.startswith(RUN_LABEL_PREFIX)
+        }
         return out
 
+    if kube.find_deployment(run.target_ns, run.target) is None:
+        return  # deleted by its owner: nothing to give back
     kube.mutate_deployment(run.target_ns, run.target, back)

@@ -17,10 +17,18 @@ from sreforge.api.resources import SUBMISSION_PLURAL, Condition, IncidentSpec, S
 from sreforge.api.scenario import ScenarioError, VerifySpec
 from sreforge.api.verdict import Verdict
 from sreforge.runtime import ci
+from sreforge.runtime.kube import events
 from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import FILES_KEY, PATCH_KEY, OperatorConfig, effective_verify
 from sreforge.runtime.kube.render import patch_cm_name, patch_configmap
-from sreforge.runtime.kube.status import condition, condition_of, is_queued, verdict_status
+from sreforge.runtime.kube.status import (
+    condition,
+    condition_of,
+    graded_condition,
+    is_queued,
+    refused,
+    verdict_status,
+)
 
 
 @dataclass(frozen=True)
@@ -85,9 +93,8 @@ def refuse_queued(kube: Kube, ns: str, incident: str, reason: str, message: str)
     for s in _of_incident(kube, ns, incident):
         if is_queued(s):
             name = s["metadata"]["name"]
-            kube.update_conditions(
-                SUBMISSION_PLURAL, ns, name, [condition("Accepted", False, reason, message)]
-            )
+            kube.update_conditions(SUBMISSION_PLURAL, ns, name, refused(reason, message))
+            kube.post_event(events.event(s, events.WARNING, reason, message))
             kube.delete_configmap(ns, patch_cm_name(incident, name))
 
 
@@ -102,38 +109,25 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
     def cond(updates: list[Condition], extra: dict[str, Any] | None = None) -> None:
         kube.update_conditions(SUBMISSION_PLURAL, ns, name, updates, extra)
 
+    def refuse(reason: str, message: str) -> None:
+        cond(refused(reason, message))
+        kube.post_event(events.event(sub, events.WARNING, reason, message))
+
     spec = SubmissionSpec.model_validate(sub.get("spec") or {})
     inc_name = spec.incident_ref.name
     inc = kube.get_incident(ns, inc_name)
     if inc is None:
-        cond(
-            [
-                condition(
-                    "Accepted",
-                    False,
-                    "IncidentNotFound",
-                    f"no Incident {inc_name!r} in namespace {ns}",
-                )
-            ]
-        )
+        refuse("IncidentNotFound", f"no Incident {inc_name!r} in namespace {ns}")
         return
     loop_status = (inc.get("status") or {}).get("loop") or {}
     if loop_status.get("finished"):
-        cond(
-            [
-                condition(
-                    "Accepted",
-                    False,
-                    "IncidentFinished",
-                    f"Incident {inc_name} is finished ({(inc.get('status') or {}).get('phase')})",
-                )
-            ]
-        )
+        phase = (inc.get("status") or {}).get("phase")
+        refuse("IncidentFinished", f"Incident {inc_name} is finished ({phase})")
         return
     try:
         scenario = cfg.scenario(IncidentSpec.model_validate(inc["spec"]).scenario)
     except ScenarioError as exc:
-        cond([condition("Accepted", False, "ScenarioNotFound", str(exc))])
+        refuse("ScenarioNotFound", str(exc))
         return
     try:
         patch = submission_patch(kube, ns, spec)
@@ -150,8 +144,17 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
                 ),
                 condition("CIPassed", False, "PatchRejected", str(exc)),
                 condition("Verified", False, verdict.reason.value, verdict.message),
+                graded_condition(verdict),
             ],
             verdict_status(verdict, ci_res),
+        )
+        kube.post_event(
+            events.event(
+                sub,
+                events.verdict_type(verdict),
+                verdict.reason.value,
+                events.verdict_message(verdict, name),
+            )
         )
         return
     # before Queued: the driver grades only Queued Submissions, and reads this
@@ -165,6 +168,7 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
                 "Queued",
                 f"waiting for Incident {inc_name} (phase {phase}); "
                 "one Submission is graded at a time",
-            )
+            ),
+            condition("Graded", False, "Queued", "waiting for its turn"),
         ]
     )

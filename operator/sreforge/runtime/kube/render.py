@@ -27,6 +27,7 @@ from sreforge.runtime.kube.config import (
     SCENARIO_LABEL,
     SRC_VOLUME,
     TERMINATION_LOG,
+    TMP_VOLUME,
     OperatorConfig,
 )
 
@@ -149,6 +150,9 @@ def render_load(
         job = k6.render_k6_job(job_name, ns, profile, target_url, cm_name)
     else:
         job = _generator_job(job_name, ns, profile, target_url, cfg, ids_seed, probe=False)
+    for box in job["spec"]["template"]["spec"]["containers"]:
+        # the root is read-only: HOME in the Job's writable /tmp (emptyDir)
+        _set_home(box)
     _adopt(job, incident, "load")
     tmpl_labels = job["spec"]["template"]["metadata"].setdefault("labels", {})
     tmpl_labels.update(labels_for(name, "load"))
@@ -163,6 +167,12 @@ def render_load(
     tmpl_labels["app"] = "prober"
     objs.append(probe)
     return objs
+
+
+def _set_home(box: dict[str, Any]) -> None:
+    env = box.setdefault("env", [])
+    if not any(e["name"] == "HOME" for e in env):
+        env.append({"name": "HOME", "value": "/tmp"})
 
 
 def _generator_job(  # noqa: PLR0917 (private to render_load)
@@ -180,6 +190,8 @@ def _generator_job(  # noqa: PLR0917 (private to render_load)
         job_name, ns, profile, target_url, cfg.operator_image, ids_seed=ids_seed, probe=probe
     )
     box = job["spec"]["template"]["spec"]["containers"][0]
+    box["imagePullPolicy"] = cfg.operator_image_pull_policy
+    _set_home(box)
     argv = list(box["command"])
     i = argv.index("--listen")
     argv[i + 1] = "LISTEN"
@@ -205,7 +217,9 @@ def overlay_init_containers(  # noqa: PLR0917 (private to this module's renderer
     env: list[dict[str, str]],
 ) -> list[dict[str, Any]]:
     """Two init containers: copy the service image's source to `src` (an emptyDir), then
-    apply the patch there with the operator image (vetted again: protected paths)."""
+    apply the patch there with the operator image (vetted again: protected paths). Their
+    root filesystem is read-only: `mounts` must hold a writable /tmp (vet_patch makes a
+    temporary directory; `env` sets HOME there)."""
     flags: list[str] = []
     for p in protected:
         flags += ["--protected", p]
@@ -215,12 +229,14 @@ def overlay_init_containers(  # noqa: PLR0917 (private to this module's renderer
             "name": f"{prefix}source",
             "image": image,
             "command": ["cp", "-R", f"{cfg.source_dir}/.", src],
+            "env": env,
             "securityContext": container_security(),
             "volumeMounts": mounts,
         },
         {
             "name": f"{prefix}patch",
             "image": cfg.operator_image,
+            "imagePullPolicy": cfg.operator_image_pull_policy,
             "command": apply,
             "env": env,
             "securityContext": container_security(),
@@ -352,7 +368,9 @@ def overlay_template(  # noqa: PLR0917 (one call shape: the driver's)
         c for c in spec.get("initContainers") or [] if not c["name"].startswith("sreforge-")
     ]
     spec["volumes"] = [
-        v for v in spec.get("volumes") or [] if v["name"] not in (SRC_VOLUME, PATCH_VOLUME)
+        v
+        for v in spec.get("volumes") or []
+        if v["name"] not in (SRC_VOLUME, PATCH_VOLUME, TMP_VOLUME)
     ]
     annotations = tmpl.setdefault("metadata", {}).setdefault("annotations", {})
     annotations.pop(OVERLAY_ANNOTATION, None)
@@ -378,9 +396,11 @@ def overlay_template(  # noqa: PLR0917 (one call shape: the driver's)
     assert regressed is not None  # checked above
     annotations[OVERLAY_ANNOTATION] = submission or patch_cm
     src_mount = {"name": SRC_VOLUME, "mountPath": "/sreforge/src"}
+    tmp_mount = {"name": TMP_VOLUME, "mountPath": "/tmp"}
     spec["volumes"] += [
         {"name": SRC_VOLUME, "emptyDir": {"sizeLimit": "512Mi"}},
         {"name": PATCH_VOLUME, "configMap": {"name": patch_cm}},
+        {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}},
     ]
     spec.setdefault("initContainers", []).extend(
         overlay_init_containers(
@@ -388,7 +408,7 @@ def overlay_template(  # noqa: PLR0917 (one call shape: the driver's)
             cfg,
             regressed,
             OVERLAY_SRC,
-            [src_mount],
+            [src_mount, tmp_mount],
             f"{OVERLAY_PATCH}/{PATCH_KEY}",
             {"name": PATCH_VOLUME, "mountPath": OVERLAY_PATCH},
             protected,

@@ -67,6 +67,70 @@ def verdict_condition(type_: str, verdict: Verdict) -> Condition:
     return condition(type_, verdict.passed, verdict.reason.value, verdict.message)
 
 
+def graded_condition(verdict: Verdict) -> Condition:
+    """A Submission's terminal condition: True once it has a verdict, whatever the verdict
+    (`kubectl wait --for=condition=Graded`); `Verified` says whether it passed."""
+    return condition("Graded", True, verdict.reason.value, verdict.message)
+
+
+def refused(reason: str, message: str) -> list[Condition]:
+    """A Submission that will never be graded: not accepted, not graded, for this reason."""
+    return [
+        condition("Accepted", False, reason, message),
+        condition("Graded", False, reason, f"never graded: {message}"),
+    ]
+
+
+def started_conditions() -> list[Condition]:
+    """An Incident's conditions as its run starts."""
+    return [
+        condition("Injected", None, "Pending", "starting the run"),
+        condition("Finished", False, "Running", "the run is in progress"),
+        condition("Succeeded", None, "Running", "the run is in progress"),
+    ]
+
+
+def finished_conditions(p: Persisted, not_injected: str | None = None) -> list[Condition]:
+    """An Incident's conditions once its run is over, each true of the end state.
+
+    `Finished` is True whatever the outcome (`kubectl wait --for=condition=Finished`), with
+    the verdict's reason; `Succeeded` says whether it passed. A condition still showing a
+    step in progress (injecting, waiting for the alert, re-arming) says why it never got
+    there (`not_injected`: the reason the injection waited for, e.g. DeploymentNotFound); a
+    step that did happen keeps its condition.
+    """
+    st = p.state
+    verdict = st.verdict
+    assert verdict is not None
+    why = st.fault or verdict.message
+    out: list[Condition] = []
+    injected = st.injected_at is not None or st.graded > 0
+    if not injected:
+        out.append(
+            condition(
+                "Injected",
+                False,
+                not_injected or verdict.reason.value,
+                f"the regressed build was never rolled out: {why}",
+            )
+        )
+    if st.fired_at is None:
+        out.append(
+            condition(
+                "AlertFiring",
+                False,
+                verdict.reason.value if injected else "NotInjected",
+                verdict.message if injected else "nothing was injected",
+            )
+        )
+    out += [
+        condition("AwaitingSubmission", False, "Finished", "the run is over"),
+        condition("Finished", True, verdict.reason.value, verdict.message),
+        verdict_condition("Succeeded", verdict),
+    ]
+    return out
+
+
 def conditions_of(obj: dict[str, Any]) -> list[Condition]:
     """An object's `status.conditions` as models."""
     raw = (obj.get("status") or {}).get("conditions") or []
@@ -156,6 +220,8 @@ class Persisted:
     graded: list[str] = field(default_factory=list)
     baseline_image: str | None = None
     baseline_workdir: str | None = None
+    # the pod template's labels before the injection: what the run added goes on delete
+    baseline_labels: dict[str, str] | None = None
     finished: bool = False
 
     def dump(self) -> dict[str, Any]:
@@ -165,6 +231,7 @@ class Persisted:
             "graded": self.graded,
             "baselineImage": self.baseline_image,
             "baselineWorkdir": self.baseline_workdir,
+            "baselineLabels": self.baseline_labels,
             "finished": self.finished,
         }
 
@@ -176,6 +243,7 @@ class Persisted:
             graded=list(data.get("graded") or []),
             baseline_image=data.get("baselineImage"),
             baseline_workdir=data.get("baselineWorkdir"),
+            baseline_labels=data.get("baselineLabels"),
             finished=bool(data.get("finished")),
         )
 

@@ -1,0 +1,270 @@
+"""The operator as a user installs it, on a real node: real pods, real image swaps, real
+rollouts, real Services and DNS (tests/localcluster.py).
+
+The chart installs the operator (image `sreforge/operator:dev`) and its bundled Prometheus
+(`sreforge/prometheus`, the scenario's rules); the healthy catalog runs as a Deployment in
+`sreforge-demo`; the scenario's own `incident.yaml` is applied as shipped. The alert fires
+because the regressed build, swapped in by the operator, is slow under the built-in
+generator's load (a Job's pod); the fix passes only if its build, applied by the overlay's
+init containers on a read-only root filesystem, is fast under the same load.
+
+One Incident, two Submissions in order: an empty patch (CI green, the alert never clears:
+fails), then the reference fix (passes, score >= 0.85) while the operator's pod is deleted
+mid-verification (the Deployment's next pod resumes the same run: one verdict).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.kubeenv import REPO_ROOT, wait_for
+from tests.localcluster import LocalCluster
+
+from sreforge.scenarios import load_scenario
+
+pytestmark = [pytest.mark.kube, pytest.mark.graded]
+
+SCENARIO = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
+FIX = SCENARIO.directory / "fixes" / "restore-simplecache.patch"
+SYSTEM_NS = "sreforge-system"
+DEMO_NS = "sreforge-demo"
+OPERATOR_IMAGE = "sreforge/operator:dev"
+PROMETHEUS_IMAGE = "sreforge/prometheus:v3.16.0"
+HEALTHY = "sreforge/catalog:healthy"
+INCIDENT = "stampede-1"  # the name scenarios/latency-cache-stampede/incident.yaml gives it
+
+
+def kubectl_json(cluster: LocalCluster, *args: str) -> Any:
+    return json.loads(cluster.kubectl(*args, "-o", "json").stdout)
+
+
+def cond(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return dict(c)
+    return None
+
+
+def catalog_manifest() -> dict[str, Any]:
+    """The healthy catalog as a user deploys it: scraped, with a readiness probe, hardened."""
+    labels = {"app": "catalog"}
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "catalog", "namespace": DEMO_NS, "labels": labels},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {
+                            "labels": labels,
+                            "annotations": {
+                                "prometheus.io/scrape": "true",
+                                "prometheus.io/port": "8080",
+                            },
+                        },
+                        "spec": {
+                            "securityContext": {"runAsNonRoot": True, "runAsUser": 10001},
+                            "containers": [
+                                {
+                                    "name": "catalog",
+                                    "image": HEALTHY,
+                                    "imagePullPolicy": "Never",
+                                    "ports": [{"name": "http", "containerPort": 8080}],
+                                    "readinessProbe": {
+                                        "httpGet": {"path": "/healthz", "port": "http"},
+                                        "periodSeconds": 2,
+                                    },
+                                    "securityContext": {
+                                        "readOnlyRootFilesystem": True,
+                                        "allowPrivilegeEscalation": False,
+                                        "capabilities": {"drop": ["ALL"]},
+                                    },
+                                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                                }
+                            ],
+                            "volumes": [{"name": "tmp", "emptyDir": {}}],
+                        },
+                    },
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "catalog", "namespace": DEMO_NS},
+                "spec": {
+                    "selector": labels,
+                    "ports": [{"name": "http", "port": 8080, "targetPort": "http"}],
+                },
+            },
+        ],
+    }
+
+
+def helm_install(cluster: LocalCluster, work: Path) -> None:
+    values = {
+        "image": {
+            "repository": OPERATOR_IMAGE.split(":", maxsplit=1)[0],
+            "tag": OPERATOR_IMAGE.split(":")[1],
+            "pullPolicy": "Never",
+        },
+        "agent": {"namespace": DEMO_NS},
+        "prometheus": {
+            "enabled": True,
+            "image": {
+                "repository": PROMETHEUS_IMAGE.split(":", maxsplit=1)[0],
+                "tag": PROMETHEUS_IMAGE.split(":")[1],
+                "pullPolicy": "Never",
+            },
+        },
+    }
+    (work / "values.json").write_text(json.dumps(values))
+    cluster.kubectl("create", "namespace", DEMO_NS)
+    helm = cluster.bin_dir / "helm"
+    res = subprocess.run(
+        [
+            str(helm),
+            "upgrade",
+            "--install",
+            "sreforge",
+            str(REPO_ROOT / "charts" / "sreforge"),
+            "-n",
+            SYSTEM_NS,
+            "--create-namespace",
+            "-f",
+            str(work / "values.json"),
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--wait",
+            "--timeout",
+            "3m",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert res.returncode == 0, f"helm install failed:\n{res.stdout}\n{res.stderr}"
+
+
+@pytest.fixture(scope="module")
+def demo(
+    local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    cluster = local_cluster
+    helm_install(cluster, tmp_path_factory.mktemp("helm"))
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(catalog_manifest()))
+    cluster.kubectl("rollout", "status", "-n", DEMO_NS, "deploy/catalog", "--timeout=120s")
+    try:
+        yield cluster
+    finally:
+        for ns in (SYSTEM_NS, DEMO_NS):
+            print(f"--- pods and events in {ns}")
+            print(cluster.kubectl("get", "pods", "-o", "wide", "-n", ns, check=False).stdout)
+            print(cluster.kubectl("get", "events", "-n", ns, check=False).stdout[-4000:])
+        print(
+            cluster.kubectl(
+                "logs", "-n", SYSTEM_NS, "deploy/sreforge", "--tail=60", check=False
+            ).stdout
+        )
+
+
+def incident(cluster: LocalCluster) -> dict[str, Any]:
+    return kubectl_json(cluster, "get", "incident", "-n", DEMO_NS, INCIDENT)  # type: ignore[no-any-return]
+
+
+def submission(cluster: LocalCluster, name: str) -> dict[str, Any]:
+    return kubectl_json(cluster, "get", "submission", "-n", DEMO_NS, name)  # type: ignore[no-any-return]
+
+
+def submit(cluster: LocalCluster, name: str, patch: str) -> None:
+    body = {
+        "apiVersion": "sreforge.dev/v1alpha1",
+        "kind": "Submission",
+        "metadata": {"name": name, "namespace": DEMO_NS},
+        "spec": {"incidentRef": {"name": INCIDENT}, "patch": {"inline": patch}},
+    }
+    cluster.kubectl("create", "-f", "-", input_text=json.dumps(body))
+
+
+def graded(cluster: LocalCluster, name: str, timeout: float) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        sub = submission(cluster, name)
+        return sub if (sub.get("status") or {}).get("passed") is not None else None
+
+    result: dict[str, Any] = wait_for(
+        f"Submission {name} to be graded", done, timeout=timeout, interval=2
+    )
+    return result
+
+
+def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
+    cluster = demo
+    t0 = time.monotonic()
+    cluster.kubectl("apply", "-f", str(SCENARIO.directory / "incident.yaml"))
+
+    def awaiting() -> bool:
+        inc = incident(cluster)
+        phase = (inc.get("status") or {}).get("phase")
+        assert phase not in ("Failed", "Succeeded"), json.dumps(inc.get("status"), indent=1)
+        return phase == "AwaitingSubmission"
+
+    wait_for("the Incident to reach AwaitingSubmission", awaiting, timeout=300, interval=2)
+    fired_after = time.monotonic() - t0
+    inc = incident(cluster)
+    assert cond(inc, "AlertFiring")["status"] == "True"  # type: ignore[index]
+    assert inc["status"]["alert"] == SCENARIO.target_alert
+    # the regressed build really runs in the pod: its image is the scenario's own build
+    dep = kubectl_json(cluster, "get", "deploy", "-n", DEMO_NS, "catalog")
+    image = dep["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image != HEALTHY
+    pods = kubectl_json(cluster, "get", "pods", "-n", DEMO_NS, "-l", "app=loadgen")["items"]
+    assert pods
+    assert all(p["status"]["phase"] == "Running" for p in pods)
+    print(f"creation -> AwaitingSubmission: {fired_after:.1f}s")
+
+    submit(cluster, "empty", "")
+    empty = graded(cluster, "empty", timeout=420)
+    assert empty["status"]["passed"] is False, json.dumps(empty["status"], indent=1)
+    assert cond(empty, "CIPassed")["status"] == "True"  # type: ignore[index]
+
+    submit(cluster, "fix", FIX.read_text())
+
+    def verifying() -> bool:
+        sub = submission(cluster, "fix")
+        return (cond(sub, "Deployed") or {}).get("status") == "True"
+
+    wait_for("the fix to be deployed", verifying, timeout=420, interval=1)
+    # the operator's pod dies mid-verification; the Deployment's next one resumes the run
+    old = kubectl_json(
+        cluster, "get", "pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/component=operator"
+    )["items"]
+    cluster.kubectl(
+        "delete",
+        "pod",
+        "-n",
+        SYSTEM_NS,
+        "--grace-period=0",
+        "--force",
+        *[p["metadata"]["name"] for p in old],
+    )
+    fix = graded(cluster, "fix", timeout=420)
+    assert fix["status"]["passed"] is True, json.dumps(fix["status"], indent=1)
+    assert fix["status"]["score"] >= 0.85
+    inc = incident(cluster)
+    assert inc["status"]["phase"] == "Succeeded"
+    assert inc["status"]["verdict"]["submission"] == "fix"
+    # one CI Job per Submission, whatever the restart
+    jobs = kubectl_json(cluster, "get", "jobs", "-n", DEMO_NS)["items"]
+    ci = sorted(j["metadata"]["name"] for j in jobs if "-ci-" in j["metadata"]["name"])
+    assert len(ci) == 2, ci
