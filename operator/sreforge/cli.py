@@ -270,6 +270,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
         os.environ["KUBECONFIG"] = str(args.kubeconfig)
     if args.scenarios_dir:
         os.environ["SREFORGE_SCENARIOS_DIR"] = str(args.scenarios_dir)
+    if args.metrics_port:
+        os.environ["SREFORGE_METRICS_PORT"] = str(args.metrics_port)
     from sreforge import handlers  # noqa: PLC0415 (kopf loads only for this command)
 
     handlers.run_operator(namespaces=args.namespace, liveness=args.liveness, verbose=args.verbose)
@@ -449,6 +451,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     op.add_argument("--scenarios-dir", type=Path, help="default: $SREFORGE_SCENARIOS_DIR")
     op.add_argument("--liveness", metavar="URL", help="e.g. http://0.0.0.0:8080/healthz")
+    op.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve the operator's metrics on this port's /metrics "
+        "(default: $SREFORGE_METRICS_PORT, else none)",
+    )
     op.add_argument("-v", "--verbose", action="store_true")
     op.set_defaults(func=cmd_operator)
 

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
 from sreforge.api.scenario import ScenarioError
-from sreforge.runtime.kube import events
+from sreforge.runtime.kube import events, metrics
 from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import OperatorConfig
 from sreforge.runtime.kube.incident import IncidentRun, restore_on_delete
@@ -30,6 +30,7 @@ _lock = threading.Lock()
 # Incidents (by uid) whose daemon is driving their run in this process: deleting one waits
 # for its daemon to stop before giving the target back.
 _driving: set[str] = set()
+_serving_metrics = False
 
 
 def kube() -> Kube:
@@ -56,6 +57,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # injected 6 of 20). Size the pool for the Incidents one operator may run at once.
     max_incidents = int(os.environ.get("SREFORGE_MAX_INCIDENTS", "64"))
     settings.execution.max_workers = max_incidents + 8  # + Submission and other sync handlers
+    global _serving_metrics  # noqa: PLW0603 (one metrics server per process)
+    port = os.environ.get("SREFORGE_METRICS_PORT")
+    if port and not _serving_metrics:
+        metrics.serve(int(port))
+        _serving_metrics = True
 
 
 @kopf.daemon(GROUP, VERSION, INCIDENT_PLURAL, cancellation_timeout=10.0, backoff=5.0)
@@ -68,6 +74,7 @@ def incident_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, logger: Any, *
     try:
         run = IncidentRun(kube(), cfg, _fresh(incident), logger)
     except (ScenarioError, ValidationError) as exc:
+        metrics.incident_phase(incident["metadata"].get("uid", name), "Failed")
         kube().post_event(events.event(incident, events.WARNING, "InvalidScenario", str(exc)))
         kube().update_conditions(
             INCIDENT_PLURAL,
@@ -85,6 +92,9 @@ def incident_daemon(stopped: kopf.DaemonStopped, body: kopf.Body, logger: Any, *
         _driving.add(uid)
     try:
         run.run(_Stop(stopped))
+    except Exception:
+        metrics.error("incident_daemon")
+        raise
     finally:
         with _lock:
             _driving.discard(uid)
@@ -100,17 +110,20 @@ def incident_deleted(body: kopf.Body, logger: Any, **_: Any) -> None:
         driving = meta.get("uid", meta["name"]) in _driving
     if driving:  # kopf signalled the daemon to stop before calling this
         raise kopf.TemporaryError("waiting for the run to stop", delay=1)
-    try:
-        run = IncidentRun(kube(), OperatorConfig.from_env(), _fresh(incident), logger)
-    except ScenarioError:
-        return  # it never ran: nothing to give back
-    try:
-        restore_on_delete(kube(), run)
-    except KubeError as exc:
-        raise kopf.TemporaryError(
-            f"could not restore the baseline of {meta['namespace']}/{meta['name']}: {exc}",
-            delay=5,
-        ) from exc
+    with metrics.reconciling("incident_deleted"):
+        try:
+            run = IncidentRun(kube(), OperatorConfig.from_env(), _fresh(incident), logger)
+        except ScenarioError:
+            run = None  # it never ran: nothing to give back
+        try:
+            if run is not None:
+                restore_on_delete(kube(), run)
+        except KubeError as exc:
+            raise kopf.TemporaryError(
+                f"could not restore the baseline of {meta['namespace']}/{meta['name']}: {exc}",
+                delay=5,
+            ) from exc
+    metrics.incident_gone(meta.get("uid", meta["name"]))
 
 
 def _fresh(incident: dict[str, Any]) -> dict[str, Any]:
@@ -139,7 +152,8 @@ class _Stop(threading.Event):
 def submission_created(body: kopf.Body, **_: Any) -> None:
     """Admit a Submission: refuse, grade a refused patch at once, or queue it."""
     try:
-        admit_submission(kube(), OperatorConfig.from_env(), dict(body))
+        with metrics.reconciling("submission_created"):
+            admit_submission(kube(), OperatorConfig.from_env(), dict(body))
     except ValidationError as exc:
         kube().post_event(events.event(dict(body), events.WARNING, "InvalidSpec", str(exc)))
         meta = body["metadata"]

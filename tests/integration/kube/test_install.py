@@ -489,6 +489,64 @@ def test_chart_points_the_jobs_at_its_own_image(helm: Any) -> None:
         assert (patch["image"], patch["imagePullPolicy"]) == (image, policy)
 
 
+def test_chart_metrics_monitors(crds: ControlPlane, helm: Any) -> None:
+    """The operator's metrics port by default; a PodMonitor, or a Service and a ServiceMonitor
+    (monitoring.coreos.com/v1), that select the operator's pod and port when enabled."""
+
+    def render(*args: str) -> list[dict[str, Any]]:
+        res = helm("template", "sreforge", str(CHART), "-n", "sreforge-mon", *args)
+        assert res.returncode == 0, res.stderr
+        return [d for d in yaml.safe_load_all(res.stdout) if d]
+
+    plain = render()
+    assert not [d for d in plain if d["kind"] in ("PodMonitor", "ServiceMonitor", "Service")]
+    pod = _one(plain, "Deployment")["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert ports["metrics"] == 8081
+    assert env["SREFORGE_METRICS_PORT"] == "8081"
+
+    docs = render(
+        "--set",
+        "metrics.podMonitor.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.labels.release=kube-prometheus",
+        "--set",
+        "metrics.port=9300",
+    )
+    labels = _one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    pod_monitor = _one(docs, "PodMonitor")
+    assert pod_monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    service = _one(docs, "Service")
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["ports"][0] == {
+        "name": "metrics",
+        "port": 9300,
+        "targetPort": "metrics",
+        "protocol": "TCP",
+    }
+    service_monitor = _one(docs, "ServiceMonitor")
+    assert service_monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert service_monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+    selected = service_monitor["spec"]["selector"]["matchLabels"]
+    assert selected.items() <= service["metadata"]["labels"].items()
+    assert service_monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    (container,) = _one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert {"name": "metrics", "containerPort": 9300, "protocol": "TCP"} in container["ports"]
+    # what the server knows without the Prometheus Operator's CRDs is accepted
+    crds.kubectl("create", "namespace", "sreforge-mon")
+    known = [d for d in docs if d["kind"] not in ("PodMonitor", "ServiceMonitor")]
+    out = _dry_run(crds, yaml.safe_dump_all(known))
+    assert "service/sreforge-operator-metrics serverside-applied (server dry run)" in out, out
+    refused = helm("lint", "--strict", str(CHART), "--set", "metrics.podMonitor.interval=often")
+    assert refused.returncode != 0
+
+
 def _chart_app_version() -> str:
     return str(yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"])
 

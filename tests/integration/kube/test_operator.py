@@ -20,16 +20,19 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin, wait_for
 
 from sreforge.api.resources import GROUP, VERSION, IncidentSpec
 from sreforge.runtime import ci
+from sreforge.runtime.process import free_port
 from sreforge.runtime.prometheus import PrometheusServer, prometheus_binary
 from sreforge.scenarios import fixes, load_scenario
 
@@ -121,6 +124,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         prom.start()
         api = config.new_client_from_config(config_file=str(cp.kubeconfig))
         op = Operator(cp.kubeconfig, work / "operator.log")
+        metrics_port = free_port()
+        op.extra_env["SREFORGE_METRICS_PORT"] = str(metrics_port)
         op.start()
         try:
             yield {
@@ -131,6 +136,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 "core": client.CoreV1Api(api),
                 "apps": client.AppsV1Api(api),
                 "batch": client.BatchV1Api(api),
+                "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
             }
         finally:
             op.stop()
@@ -858,3 +864,39 @@ def test_scenario_incident_example_is_accepted(env: dict[str, Any]) -> None:
     env["cp"].kubectl("create", "namespace", ns)
     out = env["cp"].kubectl("create", "--dry-run=server", "-f", str(path)).stdout
     assert "incident.sreforge.dev/stampede-1 created (server dry run)" in out, out
+
+
+def scrape(env: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """The operator's /metrics: (name, the one label's value) -> value."""
+    with urllib.request.urlopen(env["metrics"], timeout=5) as r:
+        text = r.read().decode()
+    return {
+        (s.name, next(iter(s.labels.values()), "")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_operator_metrics_count_incidents_by_phase_and_verdicts(env: dict[str, Any]) -> None:
+    """Last in the module: Incidents by phase agree with the Incidents' own status, and the
+    verdicts and handler calls of this operator process are counted."""
+
+    def by_phase() -> dict[str, int]:
+        items = env["custom"].list_namespaced_custom_object(GROUP, VERSION, NS, "incidents")
+        phases = [(i.get("status") or {}).get("phase", "Pending") for i in items["items"]]
+        return {p: phases.count(p) for p in set(phases)}
+
+    def agree() -> bool:
+        got = scrape(env)
+        want = by_phase()
+        return all(got.get(("sreforge_incidents", p), 0) == n for p, n in want.items()) and sum(
+            v for (name, _), v in got.items() if name == "sreforge_incidents"
+        ) == sum(want.values())
+
+    wait_for("sreforge_incidents to agree with the Incidents' phases", agree, timeout=60)
+    got = scrape(env)
+    assert got[("sreforge_incidents", "Failed")] >= 3
+    # the Incidents finished since the operator's last restart (the control-plane tests)
+    assert got[("sreforge_verdicts_total", "AlertNeverFired")] >= 1
+    assert got[("sreforge_verdicts_total", "Passed")] == 0
+    assert got[("sreforge_reconcile_duration_seconds_count", "submission_created")] >= 1

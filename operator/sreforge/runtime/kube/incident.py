@@ -25,7 +25,7 @@ from sreforge.api.verdict import Verdict
 from sreforge.loop import Phase, RunState
 from sreforge.runtime import failpoint
 from sreforge.runtime.driver import Driver, Stop
-from sreforge.runtime.kube import events
+from sreforge.runtime.kube import events, metrics
 from sreforge.runtime.kube.client import Kube, KubeError, PodFault
 from sreforge.runtime.kube.config import (
     CI_MARGIN_SECONDS,
@@ -90,6 +90,7 @@ class IncidentRun:
         self.cfg = cfg
         self.log = log
         self.name = incident["metadata"]["name"]
+        self.uid = incident["metadata"].get("uid", self.name)
         self.ns = incident["metadata"]["namespace"]
         self.incident = incident
         self.spec = IncidentSpec.model_validate(incident.get("spec") or {})
@@ -154,6 +155,7 @@ class IncidentRun:
                 "%Y-%m-%dT%H:%M:%SZ"
             )
         self.kube.update_conditions(INCIDENT_PLURAL, self.ns, self.name, conditions, body)
+        metrics.incident_phase(self.uid, body["phase"])
         self._last_persist = time.monotonic()
         entered = st.phase is not self._persisted_phase
         self._persisted_phase = st.phase
@@ -185,6 +187,7 @@ class IncidentRun:
         self._stop = stop
         st = self.p.state
         if self.p.finished:
+            metrics.incident_phase(self.uid, incident_phase(self.p))
             self._refuse_queued("IncidentFinished", f"Incident {self.name} is finished")
             return
         if self.resumed:
@@ -459,6 +462,7 @@ class IncidentRun:
         verdict = st.verdict
         assert verdict is not None
         self._last_verdict = verdict
+        metrics.verdict(verdict.reason)
         sub = self.p.submission
         summary = {
             "passed": verdict.passed,

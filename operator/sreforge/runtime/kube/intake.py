@@ -17,7 +17,7 @@ from sreforge.api.resources import SUBMISSION_PLURAL, Condition, IncidentSpec, S
 from sreforge.api.scenario import ScenarioError, VerifySpec
 from sreforge.api.verdict import Verdict
 from sreforge.runtime import ci
-from sreforge.runtime.kube import events
+from sreforge.runtime.kube import events, metrics
 from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import FILES_KEY, PATCH_KEY, OperatorConfig, effective_verify
 from sreforge.runtime.kube.render import patch_cm_name, patch_configmap
@@ -148,6 +148,7 @@ def admit_submission(kube: Kube, cfg: OperatorConfig, sub: dict[str, Any]) -> No
             ],
             verdict_status(verdict, ci_res),
         )
+        metrics.verdict(verdict.reason)
         kube.post_event(
             events.event(
                 sub,
