@@ -37,7 +37,7 @@ SYSTEM_NS=sreforge-system
 DEMO_NS=sreforge-demo
 OPERATOR_IMAGE=sreforge/operator:dev
 HEALTHY_IMAGE=sreforge/catalog:healthy
-REGRESSED_IMAGE=sreforge/catalog:regressed
+REGRESSED_IMAGE=sreforge/catalog:$SCENARIO # each scenario's regressed build has its own tag
 # the scenario's Incident names its namespace and Prometheus URL; these must match it
 PROMETHEUS_URL="http://prometheus.$SYSTEM_NS.svc:9090"
 
@@ -143,16 +143,16 @@ operator:
   env:
     - {name: SREFORGE_SCENARIOS_DIR, value: /opt/sreforge/scenarios}
     - {name: SREFORGE_PROMETHEUS_URL, value: "$PROMETHEUS_URL"}
-    - {name: SREFORGE_OPERATOR_IMAGE, value: "$OPERATOR_IMAGE"}
     - {name: SREFORGE_IMAGE_PREFIX, value: sreforge/}
 agent:
   namespace: $DEMO_NS
 EOF
 kubectl create namespace "$DEMO_NS" --dry-run=client -o yaml | kubectl apply -f -
-# the rules from the scenario directory itself (the chart bundles copies of the
-# catalogue's, prometheus.scenario; this also serves a scenario added since)
+# the rules of the scenario directory itself (the chart bundles copies of every
+# catalogue scenario's, prometheus.scenarios; this also serves a scenario added since)
 helm upgrade --install sreforge "$ROOT/charts/sreforge" -n "$SYSTEM_NS" \
-  -f "$WORK/values.yaml" --set-file "prometheus.rules=$SCENARIO_DIR/rules.yml" "${PROMETHEUS_ARGS[@]}" \
+  -f "$WORK/values.yaml" --set prometheus.scenarios=null \
+  --set-file "prometheus.rules=$SCENARIO_DIR/rules.yml" "${PROMETHEUS_ARGS[@]}" \
   --wait --timeout 5m
 
 # ------------------------------------------------------------------ the target service

@@ -51,7 +51,7 @@ def cond(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
-def catalog_manifest() -> dict[str, Any]:
+def catalog_manifest(ns: str = DEMO_NS) -> dict[str, Any]:
     """The healthy catalog as a user deploys it: scraped, with a readiness probe, hardened."""
     labels = {"app": "catalog"}
     return {
@@ -61,7 +61,7 @@ def catalog_manifest() -> dict[str, Any]:
             {
                 "apiVersion": "apps/v1",
                 "kind": "Deployment",
-                "metadata": {"name": "catalog", "namespace": DEMO_NS, "labels": labels},
+                "metadata": {"name": "catalog", "namespace": ns, "labels": labels},
                 "spec": {
                     "replicas": 1,
                     "selector": {"matchLabels": labels},
@@ -101,7 +101,7 @@ def catalog_manifest() -> dict[str, Any]:
             {
                 "apiVersion": "v1",
                 "kind": "Service",
-                "metadata": {"name": "catalog", "namespace": DEMO_NS},
+                "metadata": {"name": "catalog", "namespace": ns},
                 "spec": {
                     "selector": labels,
                     "ports": [{"name": "http", "port": 8080, "targetPort": "http"}],
@@ -172,34 +172,38 @@ def demo(
             print(f"--- pods and events in {ns}")
             print(cluster.kubectl("get", "pods", "-o", "wide", "-n", ns, check=False).stdout)
             print(cluster.kubectl("get", "events", "-n", ns, check=False).stdout[-4000:])
-        print(
-            cluster.kubectl(
-                "logs", "-n", SYSTEM_NS, "deploy/sreforge", "--tail=60", check=False
-            ).stdout
+        for kind in ("incidents", "submissions"):
+            out = cluster.kubectl("get", kind, "-n", DEMO_NS, "-o", "yaml", check=False)
+            print(f"--- {kind}\n{out.stdout[-6000:]}")
+        logs = cluster.kubectl(
+            "logs", "-n", SYSTEM_NS, "deploy/sreforge-operator", "--tail=80", check=False
         )
+        print(f"--- operator log\n{logs.stdout}{logs.stderr}")
 
 
-def incident(cluster: LocalCluster) -> dict[str, Any]:
-    return kubectl_json(cluster, "get", "incident", "-n", DEMO_NS, INCIDENT)  # type: ignore[no-any-return]
+def incident(cluster: LocalCluster, ns: str = DEMO_NS, name: str = INCIDENT) -> dict[str, Any]:
+    return kubectl_json(cluster, "get", "incident", "-n", ns, name)  # type: ignore[no-any-return]
 
 
-def submission(cluster: LocalCluster, name: str) -> dict[str, Any]:
-    return kubectl_json(cluster, "get", "submission", "-n", DEMO_NS, name)  # type: ignore[no-any-return]
+def submission(cluster: LocalCluster, name: str, ns: str = DEMO_NS) -> dict[str, Any]:
+    return kubectl_json(cluster, "get", "submission", "-n", ns, name)  # type: ignore[no-any-return]
 
 
-def submit(cluster: LocalCluster, name: str, patch: str) -> None:
+def submit(
+    cluster: LocalCluster, name: str, patch: str, ns: str = DEMO_NS, inc: str = INCIDENT
+) -> None:
     body = {
         "apiVersion": "sreforge.dev/v1alpha1",
         "kind": "Submission",
-        "metadata": {"name": name, "namespace": DEMO_NS},
-        "spec": {"incidentRef": {"name": INCIDENT}, "patch": {"inline": patch}},
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"incidentRef": {"name": inc}, "patch": {"inline": patch}},
     }
     cluster.kubectl("create", "-f", "-", input_text=json.dumps(body))
 
 
-def graded(cluster: LocalCluster, name: str, timeout: float) -> dict[str, Any]:
+def graded(cluster: LocalCluster, name: str, timeout: float, ns: str = DEMO_NS) -> dict[str, Any]:
     def done() -> dict[str, Any] | None:
-        sub = submission(cluster, name)
+        sub = submission(cluster, name, ns)
         return sub if (sub.get("status") or {}).get("passed") is not None else None
 
     result: dict[str, Any] = wait_for(
@@ -261,6 +265,13 @@ def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
     fix = graded(cluster, "fix", timeout=420)
     assert fix["status"]["passed"] is True, json.dumps(fix["status"], indent=1)
     assert fix["status"]["score"] >= 0.85
+    # the verdict is recorded before the baseline is restored; then the run is Finished
+    wait_for(
+        "the Incident to finish",
+        lambda: (cond(incident(cluster), "Finished") or {}).get("status") == "True",
+        timeout=120,
+        interval=1,
+    )
     inc = incident(cluster)
     assert inc["status"]["phase"] == "Succeeded"
     assert inc["status"]["verdict"]["submission"] == "fix"
@@ -268,3 +279,60 @@ def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
     jobs = kubectl_json(cluster, "get", "jobs", "-n", DEMO_NS)["items"]
     ci = sorted(j["metadata"]["name"] for j in jobs if "-ci-" in j["metadata"]["name"])
     assert len(ci) == 2, ci
+
+
+def test_two_incidents_of_two_scenarios_on_one_prometheus(demo: LocalCluster) -> None:
+    """Two Incidents of different scenarios at the same time, each against its own catalog,
+    both read by the chart's one Prometheus (every scenario's rules, scoped by scenario and
+    Incident): the stampede gets its reference fix and passes, the pool leak gets an empty
+    patch and fails; neither sees the other's alerts or load."""
+    cluster = demo
+    # the first test's Incident, deleted, gives its catalog back (nothing else runs there)
+    cluster.kubectl("delete", "incident", "-n", DEMO_NS, INCIDENT, "--timeout=120s", check=False)
+    pool = load_scenario(REPO_ROOT / "scenarios" / "errors-connection-pool-leak")
+    cases = {"pair-a": (SCENARIO, FIX.read_text(), True), "pair-b": (pool, "", False)}
+    for ns in cases:
+        cluster.kubectl("create", "namespace", ns)
+        cluster.kubectl("apply", "-f", "-", input_text=json.dumps(catalog_manifest(ns)))
+    for ns in cases:
+        cluster.kubectl("rollout", "status", "-n", ns, "deploy/catalog", "--timeout=120s")
+    for ns, (scenario, _, _) in cases.items():
+        body = {
+            "apiVersion": "sreforge.dev/v1alpha1",
+            "kind": "Incident",
+            "metadata": {"name": "inc", "namespace": ns},
+            "spec": {
+                "scenario": scenario.name,
+                "prometheusURL": f"http://prometheus.{SYSTEM_NS}.svc:9090",
+                "loadRunner": "builtin",
+                "verify": {
+                    "sustainSeconds": 30,
+                    "fireTimeoutSeconds": 180,
+                    "clearBudgetSeconds": 60,
+                    "passThresholdPercent": 85,
+                },
+            },
+        }
+        cluster.kubectl("create", "-f", "-", input_text=json.dumps(body))
+
+    def both_awaiting() -> bool:
+        phases = []
+        for ns in cases:
+            st = incident(cluster, ns, "inc").get("status") or {}
+            assert st.get("phase") not in ("Failed", "Succeeded"), json.dumps(st, indent=1)
+            phases.append(st.get("phase"))
+        return all(p == "AwaitingSubmission" for p in phases)
+
+    wait_for("both Incidents to reach AwaitingSubmission", both_awaiting, timeout=300, interval=2)
+    for ns, (scenario, _, _) in cases.items():
+        assert incident(cluster, ns, "inc")["status"]["alert"] == scenario.target_alert
+    for ns, (_, patch, _) in cases.items():
+        submit(cluster, "sub", patch, ns, "inc")
+    for ns, (scenario, _, passes) in cases.items():
+        sub = graded(cluster, "sub", timeout=420, ns=ns)
+        st = sub["status"]
+        assert st["passed"] is passes, (scenario.name, json.dumps(st, indent=1))
+        if passes:
+            assert st["score"] >= 0.85
+        else:
+            assert st["reason"] == "NotCleared", json.dumps(st, indent=1)
