@@ -5,16 +5,17 @@ test run start through `Substrate`, in a view made by sreforge.runtime.sandbox (
 mechanism as the agent's):
 
 - as nobody, no capabilities, `no_new_privs`, in its own mount and PID namespaces;
-- it sees the OS (/usr, /etc) and the Python the harness runs it with, read-only; its own
-  tree, read-only (writable for the CI gate, whose build step compiles into it); its own
-  data directory, writable; a private /tmp and $HOME. Nothing else: not the run
-  directory, the scenario, Prometheus's files, another case's trees, the harness's
-  processes;
-- a service, its upstreams and Redis share the environment's network namespace
-  (sreforge.runtime.gateway): they reach each other on 127.0.0.1, the harness reaches
-  each of them through the gateway on the same port, and no harness port is reachable
-  from in there. The data preparation and CI run in a fresh namespace with only a
-  loopback;
+- it sees the OS (/usr, /etc) and the Python the harness runs it with, read-only (at
+  their own paths: a venv names them); its own tree at /srv/app, its working directory,
+  read-only (writable for the CI gate, whose build step compiles into it); its own data
+  directory at /data (DATA_DIR), writable; a private /tmp and $HOME. Nothing else: not
+  the run directory, the scenario, Prometheus's files, another case's trees, the
+  harness's processes;
+- Redis and the upstreams share a network namespace, and each build of the service has
+  one of its own in which exactly its dependencies' ports answer, at the addresses it is
+  given (sreforge.runtime.gateway); the harness reaches each of them through the gateway
+  at the same port on its own 127.0.0.1, and no harness port is reachable from in there.
+  The data preparation and CI run in a fresh namespace with only a loopback;
 - its environment holds only what it is given (HOST, PORT, DATA_DIR, its dependencies'
   URLs, its upstream's `env`) and a few basics, never the harness's own variables.
 
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from sreforge.runtime import sandbox
@@ -39,6 +41,10 @@ from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_c
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOME = "/home/service"
+# Where a confined process finds its tree (its working directory) and its data: the same
+# for every build, so nothing in its view names the run, the case or the scenario.
+TREE = "/srv/app"
+DATA = "/data"
 
 
 def runtime_dirs() -> list[str]:
@@ -73,6 +79,16 @@ def _die_hard() -> None:
 
 def _prctl(option: int, value: int) -> None:
     sandbox._libc.prctl(option, value, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a substrate process listens: its port (the harness reaches it at the same port
+    on its own 127.0.0.1) and the network namespace it joins (None: unconfined)."""
+
+    port: int
+    netns: str | None
+    netns_id: int | None = None  # a build's own namespace, which goes when it retires
 
 
 class Confined(Managed):
@@ -113,6 +129,7 @@ class Substrate:
         self.confined = confined
         self.gateway: Gateway | None = None
         self.root: Path | None = None
+        self._places: dict[int, Place] = {}  # by port
         if not confined:
             return
         why = sandbox.available()
@@ -126,21 +143,42 @@ class Substrate:
             raise ProcessError(str(exc)) from exc
 
     # ----- network -----------------------------------------------------------------
-    def port(self) -> int:
-        """A port for a substrate process to listen on, reachable by the harness on its own
-        127.0.0.1 at the same number."""
+    def place(self, reach: Sequence[int] | None = None) -> Place:
+        """Where a substrate process will listen, reachable by the harness on its own
+        127.0.0.1 at the same port. A dependency (`reach` None) joins the dependencies'
+        namespace; a build gets a namespace of its own in which the dependencies' ports
+        `reach` (and nothing else) answer."""
         if self.gateway is None:
-            return free_port()
+            return Place(free_port(), None)
         try:
-            return self.gateway.publish()
+            if reach is None:
+                return self._keep(Place(self.gateway.publish(), self.gateway.shared))
+            netns, path = self.gateway.netns()
         except GatewayError as exc:
             raise ProcessError(str(exc)) from exc
+        try:
+            for port in reach:
+                self.gateway.expose(port, netns)
+            return self._keep(Place(self.gateway.publish(netns), path, netns))
+        except GatewayError as exc:
+            with contextlib.suppress(GatewayError):
+                self.gateway.drop(netns)
+            raise ProcessError(str(exc)) from exc
+
+    def _keep(self, place: Place) -> Place:
+        self._places[place.port] = place
+        return place
 
     def release(self, port: int) -> None:
-        """The harness no longer reaches `port` (a retired build's)."""
-        if self.gateway is not None:
-            with contextlib.suppress(GatewayError):
-                self.gateway.close(port)
+        """The harness no longer reaches `port`, and its own namespace goes (a retired
+        build's)."""
+        place = self._places.pop(port, None)
+        if self.gateway is None or place is None:
+            return
+        with contextlib.suppress(GatewayError):
+            self.gateway.close(port)
+            if place.netns_id is not None:
+                self.gateway.drop(place.netns_id)
 
     # ----- processes ---------------------------------------------------------------
     def _spec(
@@ -150,14 +188,16 @@ class Substrate:
         mounts = [sandbox.Mount(d, d) for d in runtime_dirs()]
         cwd = "/"
         if tree is not None:
-            t = str(tree.resolve())
-            mounts.append(sandbox.Mount(t, t, writable=tree_writable))
-            cwd = t
+            mounts.append(sandbox.Mount(str(tree.resolve()), TREE, writable=tree_writable))
+            cwd = TREE
         if data is not None:
             sandbox.chown_tree(data, sandbox.NOBODY, sandbox.NOBODY)
-            d = str(data.resolve())
-            mounts.append(sandbox.Mount(d, d, writable=True))
+            mounts.append(sandbox.Mount(str(data.resolve()), DATA, writable=True))
         return sandbox.Spec(root=str(self.root), cwd=cwd, mounts=mounts, home=HOME, net=net)
+
+    def data_path(self, data: Path) -> str:
+        """How a substrate process names its data directory `data` (DATA_DIR)."""
+        return DATA if self.confined else str(data)
 
     def _env(self, env: Mapping[str, str]) -> dict[str, str]:
         base = {
@@ -176,16 +216,17 @@ class Substrate:
         name: str,
         argv: Sequence[str],
         *,
+        place: Place,
         log_path: Path,
         tree: Path | None = None,
         data: Path | None = None,
         env: Mapping[str, str] | None = None,
     ) -> Managed:
-        """Start a long-running substrate process (a build, an upstream, Redis)."""
-        if not self.confined:
+        """Start a long-running substrate process (a build, an upstream, Redis) that
+        listens at `place`."""
+        if place.netns is None:
             return Managed(name, argv, log_path=log_path, cwd=tree, env=env)
-        assert self.gateway is not None
-        spec = self._spec(tree, data, self.gateway.netns, tree_writable=False)
+        spec = self._spec(tree, data, place.netns, tree_writable=False)
         return Confined(
             name,
             sandbox.command(spec, resolve_command(argv)),

@@ -79,6 +79,7 @@ class LocalEnvironment:
         self.say = say
         self.confined = confined
         self.substrate: Substrate | None = None  # made by setup
+        self.dependency_ports: list[int] = []  # Redis's, the upstreams': what a build reaches
         self.procs: list[Managed] = []
         self.service: Managed | None = None
         self.service_port = 0
@@ -149,7 +150,9 @@ class LocalEnvironment:
         return self.substrate.wrap(argv, tree=tree, tree_writable=True)
 
     def _service_env(self, port: int) -> dict[str, str]:
-        env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": str(self.data_dir)}
+        assert self.substrate is not None
+        data = self.substrate.data_path(self.data_dir)
+        env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": data}
         if self.redis_url:
             env["REDIS_URL"] = self.redis_url
         env.update(self.upstream_env)
@@ -158,11 +161,13 @@ class LocalEnvironment:
     def start_service(self, tree: Path, label: str) -> tuple[Managed, int]:
         """Start the service from `tree` on a new port; returns it once it is healthy."""
         assert self.substrate is not None
-        port = self.substrate.port()
+        place = self.substrate.place(reach=self.dependency_ports)
+        port = place.port
         svc = self.scenario.service
         proc = self._spawn_substrate(
             f"{svc.name}-{label}",
             svc.command,
+            place=place,
             tree=tree,
             data=self.data_dir,
             env=self._service_env(port),
@@ -227,7 +232,8 @@ class LocalEnvironment:
         self.substrate = Substrate(self.dir, confined=self.confined)
         svc = self.scenario.service
         if svc.prepare:
-            argv = [a.replace("{data_dir}", str(self.data_dir)) for a in svc.prepare]
+            data = self.substrate.data_path(self.data_dir)
+            argv = [a.replace("{data_dir}", data) for a in svc.prepare]
             self.say(f"preparing data: {' '.join(argv)}")
             command, env = self.substrate.wrap(argv, tree=self.healthy, data=self.data_dir)
             done = subprocess.run(
@@ -246,7 +252,9 @@ class LocalEnvironment:
         # every case of a session starts from the data as prepared here (see fresh_state)
         shutil.copytree(self.data_dir, self.dir / "data-prepared")
         if "redis" in svc.dependencies:
-            port = self.substrate.port()
+            place = self.substrate.place()
+            port = place.port
+            self.dependency_ports.append(port)
             redis = self._spawn_substrate(
                 "redis",
                 [
@@ -260,6 +268,7 @@ class LocalEnvironment:
                     "--appendonly",
                     "no",
                 ],
+                place=place,
             )
             deadline = time.monotonic() + 10
             while not _tcp_ready(port):
@@ -333,11 +342,18 @@ class LocalEnvironment:
             data = self.dir / f"data-upstream-{up.name}"  # its own: not inside the service's
             data.mkdir()
             assert self.substrate is not None
-            port = self.substrate.port()
-            env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": str(data), **up.env}
+            place = self.substrate.place()
+            port = place.port
+            self.dependency_ports.append(port)
+            env = {
+                "HOST": "127.0.0.1",
+                "PORT": str(port),
+                "DATA_DIR": self.substrate.data_path(data),
+                **up.env,
+            }
             self.say(f"starting upstream {up.name}")
             proc = self._spawn_substrate(
-                f"upstream-{up.name}", up.command, tree=tree, data=data, env=env
+                f"upstream-{up.name}", up.command, place=place, tree=tree, data=data, env=env
             )
             proc.wait_http(
                 f"http://127.0.0.1:{port}{up.health_path}",

@@ -1,27 +1,37 @@
-"""The network an environment's substrate lives in, and the one way into it.
+"""The networks an environment's substrate lives in, and the one way in and between them.
 
-Every substrate process of a local environment (each build of the service, its upstreams,
-Redis) joins one network namespace of its own. Inside it there is only a loopback: the
-processes reach each other (the service its declared dependencies) on 127.0.0.1 as
-before, and nothing else. The harness's own listeners (Prometheus and its admin and
-lifecycle endpoints, the load generator's port, the harness exporter, the scrape proxy,
-any prober) are on the host's loopback, which does not exist in there: a patched build
-cannot connect to them, and /proc/net/tcp in there lists only the substrate's sockets.
+A local environment's dependencies (Redis, the upstreams) share one network namespace,
+and each build of the service gets a namespace of its own. Each has only a loopback.
+The harness's own listeners (Prometheus and its admin and lifecycle endpoints, the load
+generator's port, the harness exporter, the scrape proxy, any prober) are on the host's
+loopback, which does not exist in there: a patched build cannot connect to them, and
+/proc/net/tcp in there lists only its own sockets and its dependencies' ports.
 
-The gateway process owns that namespace and is the only way in: for each port the
-harness *publishes* it listens on the host's 127.0.0.1 at the same port number and
-forwards every connection to 127.0.0.1:PORT inside. The harness health-checks, scrapes
-and loads a build through it; the build only ever sees connections arriving. Nothing
-goes out: the namespace has no route anywhere.
+The gateway process holds these namespaces and is the only way in or across:
+
+- for each port the harness *publishes*, it listens on the host's 127.0.0.1 and forwards
+  every connection to 127.0.0.1 at the same port inside a namespace: the harness
+  health-checks, scrapes and loads a build (and Redis, an upstream) through it;
+- for each dependency port it *exposes* into a build's namespace, it listens on that
+  port of the build's loopback and forwards to the dependencies' namespace: the build
+  reaches exactly its declared dependencies, at the addresses it is given, and not the
+  builds before or after it.
+
+Nothing goes out: no namespace has a route anywhere.
 
 The gateway is started by the harness in the harness's network namespace, keeps a handle
-on it, then moves itself into a new one (unshare(2)); a listening socket is made in the
-host's namespace by entering it for the socket(2) call alone (setns(2); the process has
-one thread), and a socket keeps the namespace it was made in. It takes commands on its
-stdin, one a line, and answers each on its stdout:
+on it, then moves itself into a new one (unshare(2)): the dependencies' namespace. A
+build's namespace is made the same way and the gateway returns to its own; a namespace
+lives as long as the gateway holds its file descriptor, and a process joins it by
+opening /proc/GATEWAY/fd/N. A socket is made in a namespace by entering it for the
+socket(2) call alone (setns(2); the process has one thread) and keeps that namespace.
+The gateway takes commands on its stdin, one a line, and answers each on its stdout:
 
-    publish        ->  PORT      a new listener on the host's 127.0.0.1, forwarded inside
-    close PORT     ->  ok        stop forwarding PORT (a retired build's)
+    netns              ->  N       a new namespace (its loopback up): /proc/PID/fd/N
+    publish [N]        ->  PORT    a host listener forwarded to PORT in N (or the shared one)
+    expose PORT N      ->  ok      PORT of the shared namespace reachable inside N
+    close PORT         ->  ok      stop forwarding the host's PORT
+    drop N             ->  ok      stop everything into N, and let N go
 
 It ends when its stdin closes. Like sreforge.runtime.sandbox, this file runs by path with
 `python -I -S` and imports only the standard library.
@@ -51,7 +61,7 @@ class GatewayError(RuntimeError):
 
 
 class Gateway:
-    """The parent side: starts the gateway, publishes ports, names its namespace."""
+    """The parent side: starts the gateway, asks it for namespaces and ports."""
 
     def __init__(self, log_path: Path) -> None:
         self.log_path = log_path
@@ -66,27 +76,40 @@ class Gateway:
             start_new_session=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 (only prctl, no locks taken)
         )
-        self._ask("ready")  # it has its namespace and its loopback is up
+        self._ask(None)  # "ready": it has its namespace and its loopback is up
 
     @property
-    def netns(self) -> str:
-        """The file a process opens to join the substrate's network namespace."""
+    def shared(self) -> str:
+        """The file a process opens to join the dependencies' network namespace."""
         return f"/proc/{self.proc.pid}/ns/net"
 
-    def publish(self) -> int:
-        """A port that the harness reaches on its 127.0.0.1 and the substrate listens on."""
-        return int(self._ask("publish"))
+    def netns(self) -> tuple[int, str]:
+        """A new network namespace with only a loopback: its id and the file to join it by."""
+        n = int(self._ask("netns"))
+        return n, f"/proc/{self.proc.pid}/fd/{n}"
+
+    def publish(self, netns: int | None = None) -> int:
+        """A port the harness reaches on its own 127.0.0.1, forwarded to the same port in
+        `netns` (the dependencies' namespace when None)."""
+        return int(self._ask("publish" if netns is None else f"publish {netns}"))
+
+    def expose(self, port: int, netns: int) -> None:
+        """The dependencies' `port` reachable at 127.0.0.1:`port` inside `netns`."""
+        self._ask(f"expose {port} {netns}")
 
     def close(self, port: int) -> None:
         self._ask(f"close {port}")
 
-    def _ask(self, line: str) -> str:
+    def drop(self, netns: int) -> None:
+        self._ask(f"drop {netns}")
+
+    def _ask(self, line: str | None) -> str:
         with self._lock:
             stdin, stdout = self.proc.stdin, self.proc.stdout
             assert stdin is not None
             assert stdout is not None
             try:
-                if line != "ready":
+                if line is not None:
                     stdin.write(line.encode() + b"\n")
                     stdin.flush()
                 answer = stdout.readline().decode().strip()
@@ -95,7 +118,8 @@ class Gateway:
         if not answer or answer.startswith("error"):
             raise GatewayError(
                 f"the substrate's network gateway (pid {self.proc.pid}) did not "
-                f"{line}: {answer or 'it exited'}; log {self.log_path}:\n{_tail(self.log_path)}"
+                f"{line or 'start'}: {answer or 'it exited'}; log {self.log_path}:\n"
+                + _tail(self.log_path)
             )
         return answer
 
@@ -186,25 +210,30 @@ class _Pipe(asyncio.Protocol):
 
 
 class _Client(_Pipe):
-    """A connection accepted on the host's side; it is held until the inside answers."""
+    """A connection accepted by a listener; held until the other side answers."""
 
-    def __init__(self, forwarder: _Forwarder, port: int) -> None:
+    def __init__(self, gateway: _Forwarder, port: int, into: int) -> None:
         super().__init__()
-        self.forwarder = forwarder
+        self.gateway = gateway
         self.port = port
+        self.into = into
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         assert self.transport is not None
         self.transport.pause_reading()
-        self.forwarder.spawn(self._connect())
+        self.gateway.spawn(self._connect())
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         inner = _Pipe()
+        sock = self.gateway.socket_in(self.into)
         try:
-            await loop.create_connection(lambda: inner, "127.0.0.1", self.port)
-        except OSError:  # nothing listens inside (yet): as if the port were closed
+            sock.setblocking(False)
+            await loop.sock_connect(sock, ("127.0.0.1", self.port))
+            await loop.create_connection(lambda: inner, sock=sock)
+        except OSError:  # nothing listens there (yet): as if the port were closed
+            sock.close()
             self.close()
             return
         if self.transport is None or self.transport.is_closing():
@@ -215,10 +244,12 @@ class _Client(_Pipe):
 
 
 class _Forwarder:
-    def __init__(self, host_ns: int, own_ns: int) -> None:
-        self.host_ns = host_ns
-        self.own_ns = own_ns
-        self.servers: dict[int, asyncio.Server] = {}
+    def __init__(self, host: int, shared: int) -> None:
+        self.host = host  # the harness's namespace
+        self.shared = shared  # the dependencies' namespace, where this process lives
+        self.namespaces: set[int] = set()  # the builds' namespaces, by file descriptor
+        # (namespace a listener is in, its port) -> (the listener, the namespace it feeds)
+        self.servers: dict[tuple[int, int], tuple[asyncio.Server, int]] = {}
         self.tasks: set[asyncio.Task[None]] = set()  # the loop holds tasks only weakly
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -226,34 +257,84 @@ class _Forwarder:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def _host_listener(self) -> socket.socket:
-        """A socket bound to the host's 127.0.0.1 on a port the kernel picks."""
-        _setns(self.host_ns)
+    def socket_in(self, netns: int) -> socket.socket:
+        """A TCP socket in the namespace `netns`."""
+        if netns == self.shared:
+            return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        _setns(netns)
         try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         finally:
-            _setns(self.own_ns)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.setblocking(False)
-        return sock
+            _setns(self.shared)
 
-    async def publish(self) -> int:
-        sock = self._host_listener()
-        port = int(sock.getsockname()[1])
-        loop = asyncio.get_running_loop()
-        self.servers[port] = await loop.create_server(
-            lambda: _Client(self, port), sock=sock, backlog=512
-        )
+    def netns(self, loopback_up: Any) -> int:
+        if _libc.unshare(CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"unshare: {os.strerror(err)}")
+        try:
+            fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+            loopback_up()
+        finally:
+            _setns(self.shared)
+        self.namespaces.add(fd)
+        return fd
+
+    def _known(self, netns: int) -> int:
+        if netns != self.shared and netns not in self.namespaces:
+            raise OSError(f"no namespace {netns}")
+        return netns
+
+    async def listen(self, where: int, port: int, into: int) -> int:
+        """A listener in `where` on 127.0.0.1:`port` (0: any) feeding the same port in `into`."""
+        sock = self.socket_in(where)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+            sock.setblocking(False)
+            port = int(sock.getsockname()[1])
+            server = await asyncio.get_running_loop().create_server(
+                lambda: _Client(self, port, into), sock=sock, backlog=512
+            )
+        except OSError:
+            sock.close()
+            raise
+        self.servers[(where, port)] = (server, into)
         return port
 
-    def close(self, port: int) -> None:
-        server = self.servers.pop(port, None)
-        if server is not None:
-            server.close()
+    def close(self, where: int, port: int) -> None:
+        entry = self.servers.pop((where, port), None)
+        if entry is not None:
+            entry[0].close()
+
+    def drop(self, netns: int) -> None:
+        for (where, port), (_, into) in list(self.servers.items()):
+            if netns in (where, into):
+                self.close(where, port)
+        self.namespaces.discard(netns)
+        os.close(netns)
+
+    async def command(self, line: str, loopback_up: Any) -> str:
+        word, *args = line.split()
+        if not all(a.isdigit() for a in args):
+            raise OSError(f"not a number in {line!r}")
+        n = [int(a) for a in args]
+        if word == "netns" and not n:
+            return str(self.netns(loopback_up))
+        if word == "publish" and len(n) <= 1:
+            return str(await self.listen(self.host, 0, self._known(n[0]) if n else self.shared))
+        if word == "expose" and len(n) == 2:
+            await self.listen(self._known(n[1]), n[0], self.shared)
+            return "ok"
+        if word == "close" and len(n) == 1:
+            self.close(self.host, n[0])
+            return "ok"
+        if word == "drop" and len(n) == 1 and n[0] in self.namespaces:
+            self.drop(n[0])
+            return "ok"
+        raise OSError(f"unknown command {line!r}")
 
 
-async def _serve(forwarder: _Forwarder) -> None:
+async def _serve(gateway: _Forwarder, loopback_up: Any) -> None:
     loop = asyncio.get_running_loop()
     commands = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
@@ -261,15 +342,8 @@ async def _serve(forwarder: _Forwarder) -> None:
     out.write("ready\n")
     out.flush()
     while line := (await commands.readline()).decode().strip():
-        word, _, arg = line.partition(" ")
         try:
-            if word == "publish":
-                answer = str(await forwarder.publish())
-            elif word == "close" and arg.isdigit():
-                forwarder.close(int(arg))
-                answer = "ok"
-            else:
-                answer = f"error unknown command {line!r}"
+            answer = await gateway.command(line, loopback_up)
         except OSError as exc:
             answer = f"error {exc}"
         out.write(answer + "\n")
@@ -278,18 +352,18 @@ async def _serve(forwarder: _Forwarder) -> None:
 
 def main() -> int:
     if os.geteuid() != 0:
-        print("error the gateway needs root (a network namespace)", flush=True)
+        print("error the gateway needs root (network namespaces)", flush=True)
         return 1
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # run by path: its sibling
     from sandbox import loopback_up  # type: ignore[import-not-found]  # noqa: PLC0415
 
-    host_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    host = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     if _libc.unshare(CLONE_NEWNET) != 0:
         print(f"error unshare: {os.strerror(ctypes.get_errno())}", flush=True)
         return 1
-    own_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    shared = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     loopback_up()
-    asyncio.run(_serve(_Forwarder(host_ns, own_ns)))
+    asyncio.run(_serve(_Forwarder(host, shared), loopback_up))
     return 0
 
 
