@@ -231,6 +231,8 @@ class _Client(_Pipe):
         try:
             sock.setblocking(False)
             await loop.sock_connect(sock, ("127.0.0.1", self.port))
+            if sock.getsockname() == sock.getpeername():  # a TCP self-connect: nobody there
+                raise ConnectionRefusedError
             await loop.create_connection(lambda: inner, sock=sock)
         except OSError:  # nothing listens there (yet): as if the port were closed
             sock.close()
