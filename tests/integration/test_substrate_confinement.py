@@ -15,6 +15,7 @@ the build through its port and the build still reaches its dependency.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -405,3 +407,76 @@ def test_prometheus_admin_and_lifecycle_apis_are_off(tmp_path: Path) -> None:
             assert prom.proc.alive()  # /-/quit did not stop it
         finally:
             prom.stop()
+
+
+REVERSER = """
+import socket, sys, threading
+srv = socket.socket()
+srv.bind(("127.0.0.1", int(sys.argv[1])))
+srv.listen(128)
+def serve(c):
+    data = b""
+    while chunk := c.recv(65536):
+        data += chunk
+    c.sendall(data[::-1])
+    c.close()
+while True:
+    threading.Thread(target=serve, args=(srv.accept()[0],), daemon=True).start()
+"""
+
+
+def _reverse_through(port: int, payload: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)  # the answer comes only after the request's end
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+def test_the_gateway_forwards_whole_conversations_and_forgets_a_retired_build(
+    tmp_path: Path, substrate: Substrate
+) -> None:
+    place = substrate.place(reach=[])
+    tree = tmp_path / "t"
+    tree.mkdir()
+    (tree / "reverser.py").write_text(REVERSER)
+    proc = substrate.spawn(
+        "reverser",
+        ["python", "reverser.py", str(place.port)],
+        place=place,
+        log_path=tmp_path / "r.log",
+        tree=tree,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:  # closed on the harness until it listens inside
+            with contextlib.suppress(OSError):
+                if _reverse_through(place.port, b"ab") == b"ba":
+                    break
+            assert proc.alive(), (tmp_path / "r.log").read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        big = os.urandom(3 * 1024 * 1024)  # more than any buffer: back-pressure both ways
+        assert _reverse_through(place.port, big) == big[::-1]
+        payloads = [os.urandom(1000 + i) for i in range(64)]
+        results: list[bytes] = []
+        threads = [
+            threading.Thread(target=lambda p=p: results.append(_reverse_through(place.port, p)))
+            for p in payloads
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(results) == sorted(p[::-1] for p in payloads)
+    finally:
+        proc.stop(1)
+    assert substrate.gateway is not None
+    assert place.netns is not None
+    assert Path(place.netns).exists()
+    substrate.release(place.port)
+    with socket.socket() as s:  # the harness's side is closed ...
+        assert s.connect_ex(("127.0.0.1", place.port)) != 0
+    assert not Path(place.netns).exists()  # ... and the build's namespace is gone

@@ -1,4 +1,4 @@
-"""How a local environment runs its substrate: every process confined, one network for all.
+"""How a local environment runs its substrate: every process confined, out of the harness's reach.
 
 Each build of the service, each upstream, Redis, the data preparation and the CI gate's
 test run start through `Substrate`, in a view made by sreforge.runtime.sandbox (the same
@@ -26,6 +26,7 @@ loopback, for a machine where confinement cannot be made (not root).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -69,16 +70,17 @@ def runtime_dirs() -> list[str]:
     return sorted(p for p in found if not any(p.startswith(q + "/") for q in found))
 
 
+# Looked up once here: the child between fork and exec must not import or dlopen anything.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+_PR_SET_PDEATHSIG = 1
+
+
 def _die_hard() -> None:
     """`preexec_fn` of unshare: SIGKILL when the harness thread that started it ends.
     unshare ignores SIGTERM, and its --kill-child then SIGKILLs the confined program."""
-    _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() == 1:
         os._exit(1)
-
-
-def _prctl(option: int, value: int) -> None:
-    sandbox._libc.prctl(option, value, 0, 0, 0)
 
 
 @dataclass(frozen=True)
