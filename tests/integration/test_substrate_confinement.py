@@ -86,6 +86,7 @@ class HarnessListener:
     def close(self) -> None:
         self.tcp.close()
         self.unix.close()
+        shutil.rmtree(self.unix_path.parent)
 
 
 def _wait_http(url: str, proc: Managed, timeout: float = 20) -> None:
