@@ -6,7 +6,7 @@ it survived (every assertion held) and the data it lost as measured (tests/
 reliability_cases.py). Tests that log no cases count as one case each, from the JUnit XML.
 Writes the `## Results` section of RELIABILITY.md.
 
-    python benchmarks/reliability.py            # everything, ~10 min (3 graded fault runs)
+    python benchmarks/reliability.py            # everything, ~20 min (graded fault and exploit runs)
     python benchmarks/reliability.py --no-faults   # input, security and apiserver only, ~2 min
 """
 
@@ -34,6 +34,8 @@ SELECTIONS = [
     ("tests/unit/test_hostile_input.py", False),
     ("tests/integration/test_agent_view.py", False),
     ("tests/integration/test_agent_sandbox.py", False),
+    ("tests/integration/test_substrate_confinement.py", False),
+    ("tests/unit/test_scenario_confinement.py", False),
     ("tests/integration/kube/test_crd_refusals.py", False),
     # tests that predate this table and log no cases: counted from the JUnit XML
     (
@@ -43,6 +45,7 @@ SELECTIONS = [
     ("tests/unit/test_load_k6.py", False),
     ("tests/unit/test_ci_gate.py", False),
     ("tests/integration/test_faults.py", True),
+    ("tests/integration/test_confinement_exploits.py", True),  # five graded exploit decoys
     # the operator against a real control plane (kwok, and the pod stand-in for real pods)
     ("tests/integration/kube/test_operator.py", True),
     ("tests/integration/kube/test_operator_graded.py", True),

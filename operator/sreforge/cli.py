@@ -339,6 +339,11 @@ def _add_grading_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the agent as this user with the whole file system in view (record says so)",
     )
+    p.add_argument(
+        "--substrate-unconfined",
+        action="store_true",
+        help="run the service builds, upstreams and Redis as this user, unconfined (not root)",
+    )
     p.add_argument("--rca", type=Path, help="a root-cause write-up to judge beside the verdict")
     p.add_argument(
         "--sustain-seconds", type=int, metavar="N", help="override the scenario's sustained window"
@@ -364,6 +369,7 @@ def _options(args: argparse.Namespace, **more: Any) -> RunOptions:
         agent_timeout_seconds=args.agent_timeout,
         agent_shares=args.agent_share,
         agent_unsandboxed=args.agent_unsandboxed,
+        substrate_unconfined=args.substrate_unconfined,
         **more,
     )
 

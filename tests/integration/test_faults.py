@@ -91,6 +91,22 @@ def cwd_of(pid: int) -> str:
         return ""
 
 
+def tree_of(pid: int) -> str:
+    """The host tree a build runs from: its cwd, or when it is confined (its cwd is then
+    /srv/app in its own view), the tree the view that its parent unshare builds mounts at
+    its cwd (sreforge.runtime.sandbox.Spec, the JSON before `--`)."""
+    parent = _ppid(pid)
+    try:
+        raw = Path(f"/proc/{parent}/cmdline").read_bytes()
+    except OSError:
+        return cwd_of(pid)
+    argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    if not argv or Path(argv[0]).name != "unshare" or "--" not in argv:
+        return cwd_of(pid)
+    spec = json.loads(argv[argv.index("--") - 1])
+    return next((m["source"] for m in spec["mounts"] if m["target"] == spec["cwd"]), "")
+
+
 def patient_copy(dest: Path) -> Path:
     """The scenario with 240 s clear budget and fire timeout, 180 s deploy timeout."""
     shutil.copytree(SCENARIO, dest)
@@ -261,7 +277,7 @@ def test_substrate_crash_after_the_fix_is_not_cleared(start: Callable[..., Run])
         run.wait_for_line(cleared_while_verifying)
         run_dir = next(run.runs_dir.iterdir())
         patched = str(run_dir / "trees" / "patched")
-        run.kill_child(lambda pid, argv: argv[1:3] == ["-m", "catalog"] and cwd_of(pid) == patched)
+        run.kill_child(lambda pid, argv: argv[1:3] == ["-m", "catalog"] and tree_of(pid) == patched)
         code, record = run.finish(c)
         out = run.output
         assert_not_passed(code, record, out)

@@ -7,7 +7,6 @@ itself, and the command line the sandbox builds, are the real code.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -27,18 +26,35 @@ def test_not_root_refuses_an_agent_run_naming_the_way_out(
     monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)  # stand-in: an ordinary user
     assert sandbox.available() is not None
     with pytest.raises(ValueError, match=r"needs root.*--agent-unsandboxed"):
-        LocalRun(load_scenario(SCENARIO), ROOT, RunOptions(runs_dir=tmp_path, agent="true"))
+        LocalRun(
+            load_scenario(SCENARIO),
+            ROOT,
+            RunOptions(runs_dir=tmp_path, agent="true", substrate_unconfined=True),
+        )
     assert not any(tmp_path.iterdir())  # nothing was started or written
-    # unconfined on request, and a --fix run never needs the sandbox
+    # unconfined on request
     LocalRun(
         load_scenario(SCENARIO),
         ROOT,
-        RunOptions(runs_dir=tmp_path / "a", agent="true", agent_unsandboxed=True),
+        RunOptions(
+            runs_dir=tmp_path / "a", agent="true", agent_unsandboxed=True, substrate_unconfined=True
+        ),
     )
+
+
+def test_not_root_refuses_any_run_whose_substrate_cannot_be_confined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --fix run needs no agent sandbox, but its patched build is confined the same way."""
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)  # stand-in: an ordinary user
+    fix = SCENARIO / "fixes" / "memoize-query.patch"
+    with pytest.raises(ValueError, match=r"confining the substrate.*--substrate-unconfined"):
+        LocalRun(load_scenario(SCENARIO), ROOT, RunOptions(runs_dir=tmp_path, fix=fix))
+    assert not any(tmp_path.iterdir())
     LocalRun(
         load_scenario(SCENARIO),
         ROOT,
-        RunOptions(runs_dir=tmp_path / "b", fix=SCENARIO / "fixes" / "memoize-query.patch"),
+        RunOptions(runs_dir=tmp_path / "b", fix=fix, substrate_unconfined=True),
     )
 
 
@@ -52,7 +68,7 @@ def test_the_agent_command_is_passed_as_argv_never_through_a_shell(tmp_path: Pat
     try:
         argv = box.argv(hostile)
         assert argv[-len(hostile) :] == hostile
-        assert argv[argv.index("--") - 1] == json.dumps(box.spec.__dict__)
+        assert sandbox.Spec.from_json(argv[argv.index("--") - 1]) == box.spec
         assert not {"sh", "bash", "/bin/sh", "-c"} & set(argv[: argv.index("--")])
     finally:
         box.root.rmdir()
@@ -61,3 +77,5 @@ def test_the_agent_command_is_passed_as_argv_never_through_a_shell(tmp_path: Pat
 def test_the_child_side_refuses_a_malformed_command_line() -> None:
     assert sandbox.main([]) == 2
     assert sandbox.main(["{}", "agent"]) == 2
+    assert sandbox.main(["[]", "--", "agent"]) == 2  # not a spec
+    assert sandbox.main(['{"root": "/x"}', "--", "agent"]) == 2  # a spec without its cwd

@@ -5,10 +5,10 @@ Pure models: paths are values here; sreforge.scenarios reads them.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from sreforge.errors import SreforgeError
 
@@ -212,6 +212,61 @@ RESERVED_JOBS = frozenset({"loadgen", "prober", "harness", "prometheus", "redis"
 RESERVED_ENV = frozenset({"HOST", "PORT", "DATA_DIR", "REDIS_URL"})
 
 
+# What a confined substrate process sees of the host besides its own tree and its data
+# directory (sreforge.runtime.sandbox: SYSTEM_DIRS and SYSTEM_LINKS; a test keeps them equal).
+CONFINED_HOST_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_CONFINED = (
+    "a confined service runs as nobody, without capabilities, and sees only the OS "
+    f"({', '.join(CONFINED_HOST_PATHS)}), its own tree and its data directory"
+)
+
+
+def _confined_sees(path: str) -> bool:
+    return any(path == top or path.startswith(top + "/") for top in CONFINED_HOST_PATHS)
+
+
+def _host_path(path: str) -> str:
+    """A host path the service says it reads: refused unless a confined process sees it."""
+    pure = PurePosixPath(path)
+    if not pure.is_absolute() or ".." in pure.parts or str(pure) != path:
+        raise ValueError(f"{path!r}: must be an absolute, normalised path")
+    if not _confined_sees(path):
+        raise ValueError(f"{path}: not readable where the service runs: {_CONFINED}")
+    return path
+
+
+def _capability(name: str) -> str:
+    """A capability the service says it needs: always refused, none is granted."""
+    raise ValueError(f"{name}: not granted where the service runs: {_CONFINED}")
+
+
+def _command(argv: list[str]) -> list[str]:
+    """A command run confined (a build, the data preparation, the CI gate's tests)."""
+    program = argv[0] if argv else ""
+    if program.startswith("/") and not _confined_sees(str(PurePosixPath(program))):
+        raise ValueError(f"{program}: not visible where the service runs: {_CONFINED}")
+    return argv
+
+
+def _source(path: str) -> str:
+    """The service's tree is all it sees of the repository: never the scenarios, never all."""
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or ".." in pure.parts:
+        raise ValueError(f"{path}: must be a path inside the repository, relative to its root")
+    if not pure.parts or pure.parts[0] == "scenarios":
+        raise ValueError(
+            f"{path or '.'}: the service's tree is in its view, and this one holds the "
+            "scenarios (root causes, fixes, decoys); give it a tree of its own"
+        )
+    return path
+
+
+HostPath = Annotated[str, AfterValidator(_host_path)]
+Capability = Annotated[str, Field(pattern=r"^[A-Z_]+$"), AfterValidator(_capability)]
+Source = Annotated[str, AfterValidator(_source)]
+Command = Annotated[list[str], Field(min_length=1), AfterValidator(_command)]
+
+
 class UpstreamSpec(_Model):
     """A substrate service the scenario's service depends on, started before it.
 
@@ -221,11 +276,17 @@ class UpstreamSpec(_Model):
     """
 
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*$", max_length=63)]
-    source: str = Field(description="path of its tree, relative to the repository root")
-    command: list[str] = Field(min_length=1, description="start command; gets HOST, PORT, DATA_DIR")
+    source: Source = Field(description="path of its tree, relative to the repository root")
+    command: Command = Field(description="start command; gets HOST, PORT, DATA_DIR")
     url_env: EnvName = Field(description="the service's environment variable for its base URL")
     env: dict[EnvName, str] = Field(default_factory=dict)
     health_path: Annotated[str, Field(pattern=r"^/")] = "/healthz"
+    reads: list[HostPath] = Field(
+        default_factory=list, description="host paths it reads besides its tree, data and the OS"
+    )
+    capabilities: list[Capability] = Field(
+        default_factory=list, description="Linux capabilities it needs (none can be granted)"
+    )
 
     @model_validator(mode="after")
     def _names_free(self) -> UpstreamSpec:
@@ -240,16 +301,27 @@ class ServiceSpec(_Model):
     """The substrate service a scenario runs: where its source is and how to start and test it."""
 
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]*$")]
-    source: str = Field(description="path of the healthy tree, relative to the repository root")
-    command: list[str] = Field(min_length=1, description="start command; gets HOST, PORT, DATA_DIR")
-    prepare: list[str] = Field(default_factory=list, description="run once per run, before start")
-    test_command: list[str] = Field(min_length=1)
+    source: Source = Field(description="path of the healthy tree, relative to the repository root")
+    command: Command = Field(description="start command; gets HOST, PORT, DATA_DIR")
+    prepare: Annotated[list[str], AfterValidator(_command)] = Field(
+        default_factory=list, description="run once per run, before start"
+    )
+    test_command: Command
     health_path: Annotated[str, Field(pattern=r"^/")] = "/healthz"
     metrics_path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
     dependencies: list[Literal["redis"]] = Field(default_factory=list)
     upstreams: list[UpstreamSpec] = Field(default_factory=list)
     test_timeout_seconds: Seconds = 300
     deploy_timeout_seconds: Seconds = 60
+    # What the service needs from the machine beyond its tree, its data directory and the
+    # OS: checked against the confinement it runs in (sreforge.runtime.confine), so a
+    # scenario that needs more is refused here, not at its first deploy.
+    reads: list[HostPath] = Field(
+        default_factory=list, description="host paths it reads besides its tree, data and the OS"
+    )
+    capabilities: list[Capability] = Field(
+        default_factory=list, description="Linux capabilities it needs (none can be granted)"
+    )
 
     @model_validator(mode="after")
     def _upstreams_distinct(self) -> ServiceSpec:

@@ -12,13 +12,15 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 
 from sreforge.api.observation import CIResult, CIStatus
 from sreforge.errors import SreforgeError
 from sreforge.runtime.process import resolve_command
 
+# argv, tree -> the argv and environment (None: the harness's) that run it confined
+Confine = Callable[[list[str], Path], tuple[list[str], dict[str, str] | None]]
 MAX_PATCH_BYTES = 1024 * 1024  # documented limit: 1 MiB of unified diff
 OUTPUT_TAIL_CHARS = 4000
 _HEADER = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|--- (\S+)|\+\+\+ (\S+))")
@@ -209,10 +211,14 @@ def run_gate(
     test_command: Sequence[str],
     test_paths: Sequence[str],
     timeout: float,
+    confine: Confine | None = None,
 ) -> tuple[CIResult, Path | None]:
     """Apply `patch` to a copy of `pristine` in `workdir`, restore the pristine tests, test.
 
-    Returns the CI result and, when green, the patched tree to deploy.
+    The steps run the patch's code: `confine(argv, workdir)` gives the command line and
+    environment that run a step confined (sreforge.runtime.confine); without it a step
+    runs as the harness's user. Returns the CI result and, when green, the patched tree
+    to deploy.
     """
     started = time.monotonic()
     try:
@@ -246,14 +252,18 @@ def run_gate(
         )
 
     for argv in steps:
+        command, env = resolve_command(argv), {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        if confine is not None:
+            command, confined_env = confine(command, workdir)
+            env = confined_env if confined_env is not None else env
         try:
             proc = subprocess.run(
-                resolve_command(argv),
+                command,
                 cwd=workdir,
                 capture_output=True,
                 timeout=timeout,
                 check=False,
-                env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                env=env,
             )
         except subprocess.TimeoutExpired:
             return result(CIStatus.RED, f"{' '.join(argv)} timed out"), None

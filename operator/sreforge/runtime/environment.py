@@ -25,8 +25,9 @@ from sreforge.api.scenario import Scenario
 from sreforge.load import control as load_control
 from sreforge.load.command import generator_argv
 from sreforge.runtime import ci, contention
+from sreforge.runtime.confine import Substrate
 from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter, ScrapeProxy
-from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_command
+from sreforge.runtime.process import Managed, ProcessError, free_port
 from sreforge.runtime.prometheus import PrometheusServer
 from sreforge.telemetry import LOAD_JOB, PROBE_JOB, Telemetry
 
@@ -74,6 +75,7 @@ class LocalEnvironment:
         directory: Path,
         *,
         control_seconds: int = 0,
+        confined: bool = True,
         say: Callable[[str], None] = lambda _line: None,
     ) -> None:
         self.scenario = scenario
@@ -81,6 +83,9 @@ class LocalEnvironment:
         self.dir = directory
         self.control_seconds = control_seconds
         self.say = say
+        self.confined = confined
+        self.substrate: Substrate | None = None  # made by setup
+        self.dependency_ports: list[int] = []  # Redis's, the upstreams': what a build reaches
         self.procs: list[Managed] = []
         self.service: Managed | None = None
         self.service_port = 0
@@ -133,12 +138,33 @@ class LocalEnvironment:
 
     # ----- processes ---------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str], **kw: Any) -> Managed:
+        """A harness process (the load generator): never confined."""
         proc = Managed(name, argv, log_path=self.dir / "logs" / f"{name}.log", **kw)
         self.procs.append(proc)
         return proc
 
+    def _spawn_substrate(
+        self, name: str, argv: list[str], *, tree: Path | None = None, **kw: Any
+    ) -> Managed:
+        """A substrate process (a build, an upstream, Redis), confined (runtime.confine)."""
+        assert self.substrate is not None
+        proc = self.substrate.spawn(
+            name, argv, log_path=self.dir / "logs" / f"{name}.log", tree=tree, **kw
+        )
+        self.procs.append(proc)
+        return proc
+
+    def confine_ci(self, argv: list[str], tree: Path) -> tuple[list[str], dict[str, str] | None]:
+        """The CI gate's step `argv` in the patched `tree`, confined like the builds (the
+        patch's code runs in it too); as it is before the substrate exists."""
+        if self.substrate is None:
+            return argv, None
+        return self.substrate.wrap(argv, tree=tree, tree_writable=True)
+
     def _service_env(self, port: int) -> dict[str, str]:
-        env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": str(self.data_dir)}
+        assert self.substrate is not None
+        data = self.substrate.data_path(self.data_dir)
+        env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": data}
         if self.redis_url:
             env["REDIS_URL"] = self.redis_url
         env.update(self.upstream_env)
@@ -146,13 +172,29 @@ class LocalEnvironment:
 
     def start_service(self, tree: Path, label: str) -> tuple[Managed, int]:
         """Start the service from `tree` on a new port; returns it once it is healthy."""
-        port = free_port()
+        assert self.substrate is not None
+        place = self.substrate.place(reach=self.dependency_ports)
+        port = place.port
         svc = self.scenario.service
-        proc = self._spawn(
-            f"{svc.name}-{label}", svc.command, cwd=tree, env=self._service_env(port)
+        proc = self._spawn_substrate(
+            f"{svc.name}-{label}",
+            svc.command,
+            place=place,
+            tree=tree,
+            data=self.data_dir,
+            env=self._service_env(port),
         )
-        proc.wait_http(f"http://127.0.0.1:{port}{svc.health_path}", svc.deploy_timeout_seconds)
+        try:
+            proc.wait_http(f"http://127.0.0.1:{port}{svc.health_path}", svc.deploy_timeout_seconds)
+        except ProcessError:
+            self._retire(proc, port)
+            raise
         return proc, port
+
+    def _retire(self, proc: Managed, port: int) -> None:
+        proc.stop()
+        assert self.substrate is not None
+        self.substrate.release(port)
 
     def swap_service(self, tree: Path, label: str) -> float:
         """Start `tree` beside the running build, move the load and the scrape, stop the old.
@@ -160,7 +202,7 @@ class LocalEnvironment:
         Returns the moment the load moved: that is the rollout time, not the old build's exit.
         """
         new, port = self.start_service(tree, label)
-        old = self.service
+        old, old_port = self.service, self.service_port
         self.service, self.service_port = new, port
         if self.harness is not None:
             self.harness.follow(self.scenario.service.name, new.pid)
@@ -182,7 +224,9 @@ class LocalEnvironment:
             # Out of the way already (no load, no scrape): a build that ignores SIGTERM
             # costs its stop timeout in the background, not in the next step (teardown
             # still stops everything it started).
-            threading.Thread(target=old.stop, name="sreforge-retire", daemon=True).start()
+            threading.Thread(
+                target=self._retire, args=(old, old_port), name="sreforge-retire", daemon=True
+            ).start()
         return switched
 
     def await_scrape(self, port: int, timeout: float = SCRAPE_SWITCH_SECONDS) -> None:
@@ -202,22 +246,33 @@ class LocalEnvironment:
         """Start everything, the healthy build under load, and wait until it is quiet."""
         t0 = time.time()
         self.prepare_trees()
+        self.substrate = Substrate(self.dir, confined=self.confined)
         svc = self.scenario.service
         if svc.prepare:
-            argv = [a.replace("{data_dir}", str(self.data_dir)) for a in svc.prepare]
+            data = self.substrate.data_path(self.data_dir)
+            argv = [a.replace("{data_dir}", data) for a in svc.prepare]
             self.say(f"preparing data: {' '.join(argv)}")
-            subprocess.run(
-                resolve_command(argv),
+            command, env = self.substrate.wrap(argv, tree=self.healthy, data=self.data_dir)
+            done = subprocess.run(
+                command,
                 cwd=self.healthy,
-                check=True,
+                env=env,
+                check=False,
                 capture_output=True,
                 timeout=300,
             )
+            if done.returncode != 0:
+                out = (done.stdout + done.stderr).decode(errors="replace")[-2000:]
+                raise ProcessError(
+                    f"preparing data ({' '.join(argv)}) exited {done.returncode}: {out}"
+                )
         # every case of a session starts from the data as prepared here (see fresh_state)
         shutil.copytree(self.data_dir, self.dir / "data-prepared")
         if "redis" in svc.dependencies:
-            port = free_port()
-            redis = self._spawn(
+            place = self.substrate.place()
+            port = place.port
+            self.dependency_ports.append(port)
+            redis = self._spawn_substrate(
                 "redis",
                 [
                     shutil.which("redis-server") or "redis-server",
@@ -230,6 +285,7 @@ class LocalEnvironment:
                     "--appendonly",
                     "no",
                 ],
+                place=place,
             )
             deadline = time.monotonic() + 10
             while not _tcp_ready(port):
@@ -324,12 +380,22 @@ class LocalEnvironment:
                 raise ProcessError(f"upstream {up.name}: source {src} does not exist")
             tree = self.dir / "trees" / f"upstream-{up.name}"
             ci.copy_tree(src, tree)
-            data = self.data_dir / up.name
+            data = self.dir / f"data-upstream-{up.name}"  # its own: not inside the service's
             data.mkdir()
-            port = free_port()
-            env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": str(data), **up.env}
+            assert self.substrate is not None
+            place = self.substrate.place()
+            port = place.port
+            self.dependency_ports.append(port)
+            env = {
+                "HOST": "127.0.0.1",
+                "PORT": str(port),
+                "DATA_DIR": self.substrate.data_path(data),
+                **up.env,
+            }
             self.say(f"starting upstream {up.name}")
-            proc = self._spawn(f"upstream-{up.name}", up.command, cwd=tree, env=env)
+            proc = self._spawn_substrate(
+                f"upstream-{up.name}", up.command, place=place, tree=tree, data=data, env=env
+            )
             proc.wait_http(
                 f"http://127.0.0.1:{port}{up.health_path}",
                 self.scenario.service.deploy_timeout_seconds,
@@ -407,6 +473,9 @@ class LocalEnvironment:
             if server is not None:
                 with contextlib.suppress(Exception):
                     server.stop()
+        if self.substrate is not None:
+            with contextlib.suppress(Exception):
+                self.substrate.close()
         if self.loadgen_socket is not None:
             shutil.rmtree(self.loadgen_socket.parent, ignore_errors=True)
 

@@ -56,6 +56,7 @@ class RunOptions:
     agent_timeout_seconds: int = 1800
     agent_shares: list[Path] = field(default_factory=list)  # read-only inside the sandbox
     agent_unsandboxed: bool = False  # run the agent as the harness's user, unconfined
+    substrate_unconfined: bool = False  # run the builds, upstreams and Redis unconfined
     rearm_timeout_seconds: float | None = None  # between cases: None = the fire timeout
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr))
     live: bool = True  # a live progress line on a terminal; plain lines otherwise
@@ -126,6 +127,13 @@ class LocalRun:
             why = sandbox.available()
             if why is not None:  # refused before anything starts
                 raise ValueError(f"{why}; or pass --agent-unsandboxed to run it unconfined")
+        if not options.substrate_unconfined:
+            why = sandbox.available()
+            if why is not None:  # refused before anything starts
+                raise ValueError(
+                    f"confining the substrate: {why}; or pass --substrate-unconfined to run "
+                    "the service builds as this user, able to reach the harness"
+                )
         missing = [str(p) for p in options.agent_shares if not p.exists()]
         if missing:
             raise ValueError(f"--agent-share: no such path: {', '.join(missing)}")
@@ -164,6 +172,7 @@ class LocalRun:
             repo_root,
             self.dir,
             control_seconds=options.control_seconds,
+            confined=not options.substrate_unconfined,
             say=self._say,
         )
         self._begin_case(0, self.t_begin)
@@ -322,6 +331,7 @@ class LocalRun:
             test_command=svc.test_command,
             test_paths=[p for p in self.scenario.protected if (self.env.regressed / p).exists()],
             timeout=svc.test_timeout_seconds,
+            confine=self.env.confine_ci,
         )
         self.patched_tree = tree
         self.wall["ci"] = result.duration_seconds

@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from sreforge.children import die_with_parent
@@ -53,13 +53,15 @@ class Managed:
         log_path: Path,
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+        preexec_fn: Callable[[], None] = die_with_parent,
     ) -> None:
         self.name = name
         self.argv = resolve_command(argv)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = log_path.open("ab")
-        full_env = {**os.environ, **(env or {})}
+        full_env = {**(os.environ if inherit_env else {}), **(env or {})}
         self.proc = subprocess.Popen(
             self.argv,
             cwd=cwd,
@@ -68,7 +70,7 @@ class Managed:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 (only prctl, no locks taken)
+            preexec_fn=preexec_fn,  # noqa: PLW1509 (only prctl, no locks taken)
         )
 
     @property
