@@ -6,7 +6,7 @@ it survived (every assertion held) and the data it lost as measured (tests/
 reliability_cases.py). Tests that log no cases count as one case each, from the JUnit XML.
 Writes the `## Results` section of RELIABILITY.md.
 
-    python benchmarks/reliability.py            # everything, ~20 min (graded fault and exploit runs)
+    python benchmarks/reliability.py            # everything, ~20 min (graded faults, exploits)
     python benchmarks/reliability.py --no-faults   # input, security and apiserver only, ~2 min
 """
 
