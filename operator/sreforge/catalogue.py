@@ -96,8 +96,12 @@ def judged(case: Case, record: dict[str, Any]) -> tuple[str, str | None]:
     got = "pass" if record.get("passed") else "fail"
     reason = str(record.get("reason"))
     control = record.get("control") or {}
-    if case.control and control.get("targetFired") is not False:
-        return got, f"control window: target fired on the healthy build ({control})"
+    if case.control and (
+        control.get("targetFired") is not False
+        or control.get("pagesFired")
+        or control.get("restarts")
+    ):
+        return got, f"control window: the healthy build was not quiet ({control})"
     if got != case.expected:
         return got, f"expected {case.expected}, got {got} ({reason}: {record.get('message')})"
     allowed = case.expected_reasons()

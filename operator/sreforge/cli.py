@@ -11,7 +11,7 @@ from typing import Any
 
 from sreforge import catalogue, judge, leaderboard, report
 from sreforge.api.record import RunRecord
-from sreforge.api.scenario import ScenarioError
+from sreforge.api.scenario import Scenario, ScenarioError
 from sreforge.api.verdict import Reason
 from sreforge.runtime import campaign
 from sreforge.runtime.local import CaseSpec, LocalRun, RunOptions
@@ -131,7 +131,18 @@ def _validate_command(args: argparse.Namespace, name: str) -> str:
         command += f" --sustain-seconds {args.sustain_seconds}"
     if args.soak_seconds is not None:
         command += " --soak-seconds {:g}:{:g}".format(*args.soak_seconds)
-    return command + f" --control-seconds {args.control_seconds}"
+    if args.control_seconds is not None:
+        command += f" --control-seconds {args.control_seconds}"
+    return command
+
+
+def _control_seconds(args: argparse.Namespace, scenario: Scenario) -> int:
+    """The control window of a validation: as given, else as long as a fix is held."""
+    if args.control_seconds is not None:
+        return int(args.control_seconds)
+    sustain = args.sustain_seconds or scenario.verify.sustain_seconds
+    soak = args.soak_seconds or scenario.verify.soak_seconds
+    return int(sustain + soak[1])
 
 
 def soak_range(text: str) -> tuple[float, float]:
@@ -179,7 +190,7 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
             runs_dir=args.runs_dir,
             sustain_seconds=args.sustain_seconds,
             soak_seconds=args.soak_seconds,
-            control_seconds=args.control_seconds if todo[0].control else 0,
+            control_seconds=_control_seconds(args, scenario) if todo[0].control else 0,
             live=False,
             progress=_quiet_or_verbose(args),
         )
@@ -424,9 +435,11 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument(
         "--control-seconds",
         type=int,
-        default=20,
+        default=None,
         metavar="N",
-        help="healthy-build control window before the first case of a scenario",
+        help="healthy-build control window before the first case of a scenario (default: "
+        "the sustained window plus the soak's upper bound: the healthy build must hold "
+        "through what a fix is held to)",
     )
     val.add_argument("--markdown", type=Path, help="write the table to this file")
     val.add_argument(

@@ -264,11 +264,16 @@ def test_the_control_window_and_a_fault_are_recorded() -> None:
         scenario=ScenarioRecord.model_validate(old["scenario"]),
         submission=SubmissionRecord(kind="agent", source="agents/a.py", sandboxed=True),
         target_rate=50,
-        control=ControlRecord(seconds=20, target_fired=False),
+        control=ControlRecord(seconds=20, target_fired=False, pages_fired=[], restarts=0),
         recorded_at=_epoch(old["timestamps"]["recorded"]),
     )
     wire = json.loads(record.to_json())
-    assert wire["control"] == {"seconds": 20, "targetFired": False}
+    assert wire["control"] == {
+        "seconds": 20,
+        "targetFired": False,
+        "pagesFired": [],
+        "restarts": 0,
+    }
     assert wire["fault"] == "prometheus went away"
     assert wire["submission"]["kind"] == "agent"
     assert wire["submission"]["sandboxed"] is True

@@ -192,6 +192,10 @@ class ControlRecord(_Part):
 
     seconds: int
     target_fired: bool
+    # pages that fired and restarts of the healthy build during the window (None: a
+    # record from before they were watched)
+    pages_fired: list[str] | None = None
+    restarts: int | None = None
 
 
 class SessionRecord(_Part):

@@ -503,17 +503,27 @@ class LocalEnvironment:
         )
 
     def _control_window(self) -> None:
-        """Observe the healthy build under the same load: the target alert must stay quiet."""
+        """Observe the healthy build under the same load for as long as a fix is held: the
+        target alert and every page must stay quiet, and the build must not restart."""
         assert self.telemetry is not None
         target = self.scenario.target_alert
         self.say(f"control: healthy build under load for {self.control_seconds}s")
         end = time.time() + self.control_seconds
         fired = False
+        pages: set[str] = set()
+        restarts_before = self.restarts
         while time.time() < end:
-            alerts = self.telemetry.alerts()
-            fired = fired or bool(alerts and target in alerts[0])
+            s = self.telemetry.sample()
+            if s.firing is not None:
+                fired = fired or target in s.firing
+                pages |= s.pages & s.firing
             time.sleep(1)
-        self.control = {"seconds": self.control_seconds, "targetFired": fired}
+        self.control = {
+            "seconds": self.control_seconds,
+            "targetFired": fired,
+            "pagesFired": sorted(pages),
+            "restarts": self.restarts - restarts_before,
+        }
 
     # ----- observations ------------------------------------------------------------
     def generator_stats(self) -> dict[str, Any] | None:
