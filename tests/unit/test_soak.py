@@ -4,6 +4,8 @@ with the verdict."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sreforge import loop
@@ -12,6 +14,7 @@ from sreforge.api.scenario import VerifySpec
 from sreforge.api.verdict import Reason
 from sreforge.loop import Action, RunState
 from sreforge.oracle import soak
+from sreforge.runtime.kube.status import Persisted
 
 TARGET = "LatencyHigh"
 LOAD = LoadStats(target_rate=50, achieved_rate=50, dropped_ratio=0, success_ratio=1)
@@ -140,3 +143,21 @@ def test_a_reversed_soak_range_is_refused_naming_the_field() -> None:
         VerifySpec(soak_seconds=(90, 30))
     with pytest.raises(ValueError, match="soak_seconds"):
         VerifySpec(soak_seconds=(-1, 30))
+
+
+def test_the_operator_never_writes_the_key_to_status_and_draws_the_same_soak_on_resume() -> None:
+    """status.loop is readable by whoever may read the Incident (the agent): the key stays
+    out of it; a restarted operator derives the same key from its secret and the uid."""
+    key = soak.derive_key("the operator's secret", "uid-1")
+    st = deployed((100, 400), key=key)
+    before = st.soak()
+    dumped = Persisted(st).dump()
+    assert key not in json.dumps(dumped)
+    assert "soak_key" not in dumped["state"]
+    assert str(before[1]) not in json.dumps(dumped)
+    resumed = Persisted.load(dumped).state
+    assert resumed.soak_key is None
+    again = resumed.model_copy(
+        update={"soak_key": soak.derive_key("the operator's secret", "uid-1")}
+    )
+    assert again.soak() == before
