@@ -152,8 +152,8 @@ def soak_range(text: str) -> tuple[float, float]:
         pair = (float(low), float(high or low))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not LOW:HIGH seconds: {text!r}") from None
-    if not 0 <= pair[0] <= pair[1] <= 86_400:
-        raise argparse.ArgumentTypeError(f"want 0 <= LOW <= HIGH <= 86400 seconds, got {text!r}")
+    if not 0 <= pair[0] <= pair[1] <= 3600:
+        raise argparse.ArgumentTypeError(f"want 0 <= LOW <= HIGH <= 3600 seconds, got {text!r}")
     return pair
 
 

@@ -30,7 +30,7 @@ CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 MAX_INLINE_PATCH = 1024 * 1024
 
 DaySeconds = Annotated[int, Field(ge=1, le=86_400)]
-SoakSeconds = Annotated[int, Field(ge=0, le=86_400)]
+SoakSeconds = Annotated[int, Field(ge=0, le=3600)]
 Generation = Annotated[int, Field(ge=0)]
 Ratio = Annotated[float, Field(ge=0, le=1)]
 ObjectName = Annotated[str, Field(min_length=1, max_length=253)]

@@ -14,7 +14,9 @@ from sreforge.errors import SreforgeError
 
 Seconds = Annotated[int, Field(ge=1, le=86_400)]
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
-SoakBound = Annotated[float, Field(ge=0, le=86_400)]
+# at most an hour: the operator keeps each verification sample in CR status (~300 bytes a
+# second), which must stay well under etcd's 1.5 MiB object limit
+SoakBound = Annotated[float, Field(ge=0, le=3600)]
 
 
 class ScenarioError(SreforgeError, ValueError):
