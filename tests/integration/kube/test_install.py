@@ -398,6 +398,7 @@ def test_helm_template_is_accepted_by_the_server(crds: ControlPlane, helm: Any) 
             "Deployment",
             "Role",
             "RoleBinding",
+            "Secret",  # the soak's secret, the operator's alone (templates/soak-secret.yaml)
             "ServiceAccount",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
@@ -405,6 +406,13 @@ def test_helm_template_is_accepted_by_the_server(crds: ControlPlane, helm: Any) 
     )
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     _assert_hardened(deployment)
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    (box,) = deployment["spec"]["template"]["spec"]["containers"]
+    soak = next(e for e in box["env"] if e["name"] == "SREFORGE_SOAK_SECRET")
+    assert soak["valueFrom"]["secretKeyRef"] == {
+        "name": secret["metadata"]["name"],
+        "key": "secret",
+    }
     out = _dry_run(crds, res.stdout)
     assert "deployment.apps/sreforge-operator serverside-applied (server dry run)" in out, out
 
@@ -457,7 +465,10 @@ def test_chart_points_the_jobs_at_its_own_image(helm: Any) -> None:
     """A plain install (no overrides) and an install with another image: the operator's
     load Job and patch init containers run exactly the chart's image, pulled alike."""
     scenario = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
-    incident = {"metadata": {"name": "inc", "namespace": "ns", "uid": "u"}, "spec": {}}
+    incident = {
+        "metadata": {"name": "inc", "namespace": "ns", "uid": "u"},
+        "spec": {"scenario": scenario.name},
+    }
     for args, image, policy in (
         ((), f"ghcr.io/sreforge/operator:{_chart_app_version()}", "IfNotPresent"),
         (
@@ -481,9 +492,12 @@ def test_chart_points_the_jobs_at_its_own_image(helm: Any) -> None:
         assert (container["image"], container["imagePullPolicy"]) == (image, policy)
         env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
         cfg = OperatorConfig.from_env(env)
-        (job,) = render_load(incident, scenario.load, "http://catalog:8080", "builtin", cfg)
-        (load,) = job["spec"]["template"]["spec"]["containers"]
-        assert (load["image"], load["imagePullPolicy"]) == (image, policy)
+        objs = render_load(incident, scenario.load, "http://catalog:8080", "builtin", cfg)
+        jobs = [o for o in objs if o["kind"] == "Job"]
+        assert len(jobs) == 2  # the load and the independent prober
+        for job in jobs:
+            (load,) = job["spec"]["template"]["spec"]["containers"]
+            assert (load["image"], load["imagePullPolicy"]) == (image, policy)
         ci_job = render_ci_job(incident, "sub", scenario, cfg, "cm")
         patch = ci_job["spec"]["template"]["spec"]["initContainers"][1]
         assert (patch["image"], patch["imagePullPolicy"]) == (image, policy)

@@ -77,7 +77,17 @@ def _pod_specs() -> dict[str, dict[str, Any]]:
             }
         },
     }
-    over = render.overlay_template(dep, "catalog", CFG, "cm", None, "sub", SCENARIO.protected)
+    over = render.overlay_template(
+        dep,
+        "catalog",
+        CFG,
+        "cm",
+        None,
+        "sub",
+        SCENARIO.protected,
+        incident=INCIDENT["metadata"]["name"],
+        scenario=SCENARIO.name,
+    )
     specs = {
         "overlay": over["spec"]["template"]["spec"],
         "ci": render.render_ci_job(INCIDENT, "sub", SCENARIO, CFG, "cm")["spec"]["template"][
