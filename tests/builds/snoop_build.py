@@ -23,7 +23,7 @@ def attempt_read(path: str) -> str:
     p = Path(path)
     try:
         if p.is_dir():
-            return f"listed: {len(list(p.iterdir()))} entries"
+            return "listed: " + ",".join(sorted(x.name for x in p.iterdir()))
         return f"read: {len(p.read_bytes())} bytes"
     except OSError as e:
         return type(e).__name__

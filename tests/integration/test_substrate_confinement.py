@@ -205,7 +205,17 @@ def test_a_build_reaches_its_dependency_and_nothing_of_the_harness(
             assert isinstance(reads, dict)
             assert len(reads) == len(secrets) >= 9
             for path, got in reads.items():
-                assert got in {"FileNotFoundError", "PermissionError"}, (path, got)
+                # a folder above the Python every build is lent (the checkout holding the
+                # venv, as in CI) shows the way to it and nothing else
+                toward = {
+                    Path(d).relative_to(path).parts[0]
+                    for d in runtime
+                    if d.startswith(f"{path.rstrip('/')}/")
+                }
+                allowed = {"FileNotFoundError", "PermissionError"}
+                if toward:
+                    allowed.add("listed: " + ",".join(sorted(toward)))
+                assert got in allowed, (path, got)
             via_proc = seen["via_proc"]
             assert isinstance(via_proc, dict)
             assert set(via_proc.values()) <= {"FileNotFoundError", "PermissionError"}, via_proc
