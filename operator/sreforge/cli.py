@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from collections.abc import Callable
@@ -13,6 +14,8 @@ from sreforge import catalogue, judge, leaderboard, report
 from sreforge.api.record import RunRecord
 from sreforge.api.scenario import ScenarioError
 from sreforge.api.verdict import Reason
+from sreforge.mcp import agent
+from sreforge.mcp.server import serve_stdio_proxy
 from sreforge.runtime import campaign
 from sreforge.runtime.local import CaseSpec, LocalRun, RunOptions
 from sreforge.runtime.process import ProcessError
@@ -45,7 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if file is not None and not file.is_file():
             print(f"error: {label} {file}: no such file", file=sys.stderr)
             return EXIT_ERROR
-    opts = _options(args, fix=args.fix, agent=args.agent)
+    opts = _options(args, fix=args.fix, agent=args.agent, mcp=args.mcp)
     try:
         run = LocalRun(scenario, repo_root(), opts)
         record = RunRecord.model_validate(run.execute())
@@ -72,6 +75,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if record.reason in (Reason.INCONCLUSIVE, Reason.ALERT_NEVER_FIRED):
         return EXIT_ERROR
     return EXIT_FAILED
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    if not str(args.connect).startswith(("http://", "https://")):
+        print(f"error: --connect {args.connect}: not an http(s) URL", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        asyncio.run(serve_stdio_proxy(args.connect))
+    except KeyboardInterrupt:
+        return 0
+    except Exception as exc:  # the client sees the bridge end; say why on stderr
+        print(f"error: the MCP bridge to {args.connect} ended: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
 
 
 def _print_summary(record: RunRecord, run_dir: Path) -> None:
@@ -383,8 +400,31 @@ def build_parser() -> argparse.ArgumentParser:
     who = run.add_mutually_exclusive_group(required=True)
     who.add_argument("--fix", type=Path, help="a unified diff against the workspace")
     who.add_argument("--agent", help="command run in the workspace; its edits are the patch")
+    who.add_argument(
+        "--mcp",
+        action="store_true",
+        help="wait for a submission through the run's MCP server (an agent started by hand); "
+        "prints its URL and a client config on stdout",
+    )
     _add_grading_arguments(run)
     run.set_defaults(func=cmd_run)
+
+    mc = sub.add_parser(
+        "mcp", help="serve a run's incident tools over stdio (a bridge to its MCP URL)"
+    )
+    mc.add_argument(
+        "--connect",
+        required=True,
+        metavar="URL",
+        help="the run's MCP URL (SREFORGE_MCP_URL, or printed by `sreforge run --mcp`)",
+    )
+    mc.set_defaults(func=cmd_mcp)
+
+    ag = sub.add_parser(
+        "agent", help="the reference agent: a chat-completions model through a run's MCP tools"
+    )
+    agent.add_arguments(ag)
+    ag.set_defaults(func=agent.cli)
 
     scen = sub.add_parser("scenarios", help="the scenario catalogue")
     scen_sub = scen.add_subparsers(dest="scenarios_command", required=True)

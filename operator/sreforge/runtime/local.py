@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sreforge import loop
 from sreforge.api.observation import AlertSample
@@ -34,12 +34,18 @@ from sreforge.api.record import (
 )
 from sreforge.api.scenario import Scenario
 from sreforge.loop import Phase, RunState
-from sreforge.runtime import ci, contention, sandbox
+from sreforge.mcp import trajectory
+from sreforge.mcp.server import ToolServer
+from sreforge.mcp.tools import Incident, IncidentTools
+from sreforge.runtime import ci, contention, handoff, sandbox
+from sreforge.runtime import workspace as workspace_repo
 from sreforge.runtime.driver import Driver
 from sreforge.runtime.environment import LocalEnvironment
 from sreforge.runtime.process import ProcessError
 
 PROGRESS_EVERY_SECONDS = 5.0
+# After an agent's submit through MCP: how long it may go on (a write-up) before it is ended.
+AGENT_GRACE_SECONDS = 30.0
 
 
 @dataclass
@@ -49,6 +55,7 @@ class RunOptions:
     runs_dir: Path
     fix: Path | None = None
     agent: str | None = None
+    mcp: bool = False  # wait for a submission through the MCP server (an agent run by hand)
     agent_model: str | None = None
     rca: Path | None = None
     sustain_seconds: int | None = None
@@ -59,6 +66,9 @@ class RunOptions:
     substrate_unconfined: bool = False  # run the builds, upstreams and Redis unconfined
     rearm_timeout_seconds: float | None = None  # between cases: None = the fire timeout
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr))
+    # told the MCP server's URL and the text for a client at each hand-off of an agent or
+    # --mcp case (default for --mcp: printed on stdout)
+    mcp_ready: Callable[[str, str], None] | None = None
     live: bool = True  # a live progress line on a terminal; plain lines otherwise
 
 
@@ -77,16 +87,29 @@ class CaseSpec:
     rca: Path | None = None
     agent_model: str | None = None
     trial: int = 1  # a campaign grades each submitter several times
+    mcp: bool = False  # the submission comes through the MCP server (an agent run by hand)
 
     def __post_init__(self) -> None:
-        if (self.fix is None) == (self.agent is None):
-            raise ValueError("give exactly one of a fix patch or an agent command")
+        if (self.fix is not None) + (self.agent is not None) + self.mcp != 1:
+            raise ValueError("give exactly one of a fix patch, an agent command or --mcp")
 
     @classmethod
     def of(cls, options: RunOptions) -> CaseSpec:
         """The one case of `sreforge run`."""
-        label = options.fix.name if options.fix is not None else f"agent: {options.agent}"
-        return cls(label, options.fix, options.agent, options.rca, options.agent_model)
+        if options.fix is not None:
+            label = options.fix.name
+        elif options.agent is not None:
+            label = f"agent: {options.agent}"
+        else:
+            label = "mcp"
+        return cls(
+            label,
+            options.fix,
+            options.agent,
+            options.rca,
+            options.agent_model,
+            mcp=options.mcp and options.fix is None and options.agent is None,
+        )
 
 
 @dataclass(frozen=True)
@@ -195,8 +218,13 @@ class LocalRun:
             self.case_dir.mkdir(parents=True)
         self.patch_text = ""
         self.patched_tree: Path | None = None
-        self.submission_kind = "fix" if self.case.fix is not None else "agent"
+        self.submission_kind: Literal["fix", "agent", "mcp"] = (
+            "fix" if self.case.fix is not None else "mcp" if self.case.mcp else "agent"
+        )
+        self.submitted_via: Literal["fix", "exit", "mcp", "timeout"] | None = None
         self.sandboxed: bool | None = None
+        self.desk: handoff.Desk | None = None  # an agent's or --mcp case's submission desk
+        self.tool_server: ToolServer | None = None
         # the seconds this case's steps took; the first case also shows the environment's
         self.wall: dict[str, float] = dict(self.env_wall) if index == 0 else {}
         # the load generator's counters run for the whole environment: a later case's
@@ -227,6 +255,7 @@ class LocalRun:
             self.wall["restore"] = time.time() - t0
 
     def reopen(self) -> None:
+        self._stop_tool_server()
         self._begin_case(self.case_index + 1, time.time())
         self._say(
             f"case {self._place()}: {self.case.label}; waiting for "
@@ -234,7 +263,7 @@ class LocalRun:
         )
 
     def finish(self) -> None:
-        return None
+        self._stop_tool_server()
 
     def sample(self) -> AlertSample:
         return self.env.sample()
@@ -261,64 +290,185 @@ class LocalRun:
         t0 = time.time()
         brief = self._handoff_brief()
         workspace = self.case_dir / "workspace"
-        ci.copy_tree(self.env.regressed, workspace)
         case = self.case
         if case.fix is not None:
+            ci.copy_tree(self.env.regressed, workspace)
             self.patch_text = case.fix.read_text(encoding="utf-8", errors="replace")
+            self.submitted_via = "fix"
         else:
-            assert case.agent is not None
-            argv = shlex.split(case.agent)
-            confined = not self.opts.agent_unsandboxed
-            self._say(
-                f"running the agent: {argv[0]} (timeout {self.opts.agent_timeout_seconds}s, "
-                + (
-                    "sandboxed: it sees the OS, /workspace, /handoff/brief.md"
-                    if confined
-                    else "UNSANDBOXED: it can read everything this user can"
-                )
-                + ")"
-            )
-            extra = {
-                "SREFORGE_WORKSPACE": str(workspace),
-                "SREFORGE_BRIEF": str(brief),
-                "SREFORGE_ALERT": self.scenario.target_alert,
-            }
-            if self.env.prom is not None:
-                extra["SREFORGE_PROMETHEUS_URL"] = self.env.prom.url
-            with contextlib.ExitStack() as stack:
-                if confined:
-                    box = stack.enter_context(
-                        sandbox.Sandbox(workspace, brief, self.opts.agent_shares)
-                    )
-                    argv, env = box.argv(argv), box.env(_env(), extra)
-                else:
-                    env = {**_env(), **extra}
-                logs = self.case_dir / "logs"
-                logs.mkdir(exist_ok=True)
-                log = stack.enter_context((logs / "agent.log").open("ab"))
-                try:
-                    subprocess.run(
-                        argv,
-                        cwd=workspace,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        timeout=self.opts.agent_timeout_seconds,
-                        check=False,
-                        env=env,
-                    )
-                except subprocess.TimeoutExpired:
-                    self._say("agent timed out: grading what it left in the workspace")
-            self.sandboxed = confined
+            self._prepare_workspace(workspace)
+            desk = self._serve_tools(workspace, brief)
+            if case.agent is not None:
+                self._run_agent(case.agent, workspace, brief, desk)
+            else:
+                self._await_mcp(desk)
             rca = workspace / "rca.txt"
             if rca.is_file():
                 shutil.move(rca, self.case_dir / "rca.txt")
-            self.patch_text = ci.diff_trees(self.env.regressed, workspace)
+            desk.close()
+            if desk.via_mcp and desk.patch is not None:
+                self.patch_text, self.submitted_via = desk.patch, "mcp"
+            else:
+                self.patch_text = ci.diff_trees(self.env.regressed, workspace)
         if case.rca is not None:
             shutil.copyfile(case.rca, self.case_dir / "rca.txt")
         (self.case_dir / "submission.patch").write_text(self.patch_text, encoding="utf-8")
         self.wall["agent"] = time.time() - t0
         return loop.Submitted(t=time.time())
+
+    def _prepare_workspace(self, workspace: Path) -> None:
+        """The regressed tree as a repository with its deploy history, and the harness's
+        own copy of that history (the tool server reads it: never the agent's .git)."""
+        self.revisions = workspace_repo.prepare(
+            self.env.healthy,
+            self.env.regressed,
+            workspace,
+            service=self.scenario.service.name,
+            regression_patch=self.scenario.regression_path.read_text("utf-8"),
+        )
+        history = self.case_dir / "handoff" / "history.git"
+        subprocess.run(
+            ["git", "clone", "-q", "--bare", "--no-hardlinks", str(workspace), str(history)],
+            check=True,
+            capture_output=True,
+            timeout=60,
+            env={**_env(), "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"},
+        )
+
+    def _serve_tools(self, workspace: Path, brief: Path) -> handoff.Desk:
+        """Start this case's MCP tool server; returns the desk its `submit` lands on."""
+        assert self.env.prom is not None
+        regressed = self.env.regressed
+        desk = handoff.Desk(lambda: ci.diff_trees(regressed, workspace), self.case_dir / "rca.txt")
+        incident = Incident(
+            run_id=self.case_run_id,
+            alert=self.scenario.target_alert,
+            service=self.scenario.service.name,
+            brief=brief,
+            workspace=workspace,
+            prometheus_url=self.env.prom.url,
+            history=self.case_dir / "handoff" / "history.git",
+            desk=desk,
+            log_files=self._log_files,
+        )
+        record = trajectory.Trajectory(self.case_dir / trajectory.FILE)
+        self.tool_server = ToolServer(IncidentTools(incident), record).start()
+        self.desk = desk
+        self.handed_off_at = time.time()
+        return desk
+
+    def _stop_tool_server(self) -> None:
+        if self.tool_server is not None:
+            self.tool_server.stop()
+            self.tool_server = None
+
+    def _log_files(self) -> dict[str, list[tuple[str, Path]]]:
+        """The logs the agent may read: each of the service's builds this case could see
+        (not another case's patched build), its upstreams', Redis's; named like pods."""
+        logs = self.env.dir / "logs"
+        svc = self.scenario.service.name
+        revs = getattr(self, "revisions", {})
+        out: dict[str, list[tuple[str, Path]]] = {}
+        builds: list[tuple[str, Path]] = []
+        for path in sorted(logs.glob(f"{svc}-*.log"), key=_mtime_first):
+            label = path.stem.removeprefix(f"{svc}-")
+            if label.startswith("patched"):
+                if label != self._label("patched"):
+                    continue
+                rev = "candidate"
+            elif label == "healthy":
+                rev = revs.get("baseline", "previous")
+            else:
+                rev = revs.get("release", "current")
+            suffix = label.rsplit("-", 1)[1] if "-" in label else "0"
+            builds.append((f"{svc}-{rev}-{suffix}", path))
+        out[svc] = builds
+        for up in self.scenario.service.upstreams:
+            path = logs / f"upstream-{up.name}.log"
+            if path.exists():
+                out[up.name] = [(f"{up.name}-0", path)]
+        if (logs / "redis.log").exists():
+            out["redis"] = [("redis-0", logs / "redis.log")]
+        return out
+
+    def _announce(self, workspace: Path) -> None:
+        assert self.tool_server is not None
+        url = self.tool_server.url
+        text = handoff.client_config_text(url, workspace, self.case_run_id)
+        if self.opts.mcp_ready is not None:
+            self.opts.mcp_ready(url, text)
+        elif self.case.mcp:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def _await_mcp(self, desk: handoff.Desk) -> None:
+        """`--mcp`: wait for a submission through the tool server (an agent run by hand)."""
+        self._announce(self.case_dir / "workspace")
+        timeout = self.opts.agent_timeout_seconds
+        self._say(f"waiting up to {timeout}s for a submission through the MCP server")
+        if desk.wait(timeout):
+            self.submitted_via = "mcp"
+        else:
+            self._say("no submission through MCP in time: grading the workspace as it is")
+            self.submitted_via = "timeout"
+
+    def _run_agent(self, command: str, workspace: Path, brief: Path, desk: handoff.Desk) -> None:
+        """Run the agent until it exits (its workspace is the submission) or submits through
+        MCP (then it has AGENT_GRACE_SECONDS to finish, e.g. a write-up, before it is ended)."""
+        assert self.tool_server is not None
+        argv = shlex.split(command)
+        confined = not self.opts.agent_unsandboxed
+        self._say(
+            f"running the agent: {argv[0]} (timeout {self.opts.agent_timeout_seconds}s, "
+            + (
+                "sandboxed: it sees the OS, /workspace, /handoff/brief.md"
+                if confined
+                else "UNSANDBOXED: it can read everything this user can"
+            )
+            + ")"
+        )
+        self._announce(workspace)
+        extra = {
+            "SREFORGE_WORKSPACE": str(workspace),
+            "SREFORGE_BRIEF": str(brief),
+            "SREFORGE_ALERT": self.scenario.target_alert,
+            "SREFORGE_MCP_URL": self.tool_server.url,  # loopback: the sandbox shares the network
+        }
+        if self.env.prom is not None:
+            extra["SREFORGE_PROMETHEUS_URL"] = self.env.prom.url
+        with contextlib.ExitStack() as stack:
+            if confined:
+                box = stack.enter_context(sandbox.Sandbox(workspace, brief, self.opts.agent_shares))
+                argv, env = box.argv(argv), box.env(_env(), extra)
+            else:
+                env = {**_env(), **extra}
+            logs = self.case_dir / "logs"
+            logs.mkdir(exist_ok=True)
+            log = stack.enter_context((logs / "agent.log").open("ab"))
+            proc = subprocess.Popen(
+                argv,
+                cwd=workspace,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+            deadline = time.monotonic() + self.opts.agent_timeout_seconds
+            self.submitted_via = "exit"
+            while proc.poll() is None:
+                if desk.wait(0.2):
+                    self.submitted_via = "mcp"
+                    self._say("the agent submitted through MCP")
+                    _end(proc, AGENT_GRACE_SECONDS)
+                    break
+                if time.monotonic() > deadline:
+                    self._say("agent timed out: grading what it left in the workspace")
+                    self.submitted_via = "timeout"
+                    _end(proc, 0)
+                    break
+            if desk.via_mcp:
+                self.submitted_via = "mcp"
+        self.sandboxed = confined
 
     def run_ci(self) -> loop.Event:
         self._say("CI: applying the patch to a pristine copy and running the pristine tests")
@@ -423,8 +573,10 @@ class LocalRun:
             submission=SubmissionRecord(
                 kind=self.submission_kind,
                 source=str(case.fix) if case.fix is not None else case.agent,
+                submitted_via=self.submitted_via,
                 patch="submission.patch" if (d / "submission.patch").exists() else None,
                 rca="rca.txt" if (d / "rca.txt").exists() else None,
+                trajectory=trajectory.FILE if (d / trajectory.FILE).exists() else None,
                 agent_model=case.agent_model,
                 sandboxed=self.sandboxed,
             ),
@@ -447,6 +599,9 @@ class LocalRun:
                 restarted_because=sess.restarted_because,
             ),
         )
+        if self.desk is not None:  # the agent may ask how its submission fared
+            v = self.run_record
+            self.desk.graded(v.reason.value, v.passed, v.score, v.message)
         self.records.append(self.run_record)
         self.record: dict[str, Any] = self.run_record.model_dump(mode="json", by_alias=True)
         _write_text(d / "record.json", self.run_record.to_json())
@@ -481,6 +636,28 @@ def _since(stats: dict[str, Any] | None, base: dict[str, Any] | None) -> dict[st
         out["achieved_rate_total"] = round(out["started"] / out["elapsed_seconds"], 3)
     out["since_case_began"] = True
     return out
+
+
+def _end(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """Let `proc` exit within `grace` seconds, then terminate it, then kill it (by PID)."""
+    try:
+        proc.wait(grace)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def _mtime_first(path: Path) -> float:
+    try:
+        return path.stat().st_ctime
+    except OSError:
+        return 0.0
 
 
 def _env() -> dict[str, str]:
