@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from mcp import types
 
 from sreforge.mcp import shape, trajectory
 from sreforge.mcp.agent import Budget, Workspace, openai_tools
@@ -87,10 +88,11 @@ RuntimeError: boom
 def test_log_lines_keep_their_record_and_filter_by_time_level_and_text() -> None:
     lines = shape.parse_log(LOG.splitlines(), "catalog-abc-1")
     assert len(lines) == 7
-    assert lines[5].text == "RuntimeError: boom" and lines[5].level == "ERROR"
+    assert lines[5].text == "RuntimeError: boom"
+    assert lines[5].level == "ERROR"
     t0 = datetime(2026, 12, 3, 17, 0, 5, tzinfo=UTC).timestamp()
     errors = shape.filter_logs(lines, since=t0, until=None, min_level="warning", contains=None)
-    assert [x.text.split(" ")[0] for x in errors][0] == "2026-12-03"
+    assert next(x.text.split(" ")[0] for x in errors) == "2026-12-03"
     assert len(errors) == 5  # the error, its traceback, the 503
     boom = shape.filter_logs(lines, since=None, until=None, min_level=None, contains="BOOM")
     assert [x.text for x in boom] == ["RuntimeError: boom"]
@@ -128,10 +130,12 @@ def test_the_trajectory_keeps_a_digest_not_a_whole_patch(tmp_path: Path) -> None
     calls = trajectory.read(tmp_path / trajectory.FILE)
     assert [c["tool"] for c in calls] == ["promql_query", "workspace_read", "submit"]
     kept = calls[2]["arguments"]["patch"]
-    assert kept["chars"] == 10_000 and len(kept["head"]) == trajectory.MAX_ARGUMENT_CHARS
+    assert kept["chars"] == 10_000
+    assert len(kept["head"]) == trajectory.MAX_ARGUMENT_CHARS
     assert calls[0]["resultSha256"] == trajectory.digest("[]")
     summary = trajectory.summarise(calls, handed_off=90.0)
-    assert summary["calls"] == 3 and summary["errors"] == 1
+    assert summary["calls"] == 3
+    assert summary["errors"] == 1
     assert summary["submittedAfterSeconds"] == 40.0
     assert summary["firstCallAfterSeconds"] == 10.0
     assert "promql_query: up" in summary["lookedAt"]
@@ -146,7 +150,8 @@ def test_the_desk_takes_one_submission_and_refuses_a_second_with_the_reason(
         desk.submit(None)  # the workspace is unchanged
     assert desk.status() == {"state": "open"}
     assert desk.submit("diff --git a/x b/x\n").startswith("accepted")
-    assert desk.wait(0) and desk.via_mcp
+    assert desk.wait(0)
+    assert desk.via_mcp
     with pytest.raises(Refused, match="is being graded"):
         desk.submit("diff --git a/y b/y\n")
     assert desk.submit_rca("the cache went away").startswith("kept")
@@ -222,11 +227,11 @@ def test_a_budget_is_spent_by_steps_or_tokens() -> None:
 
 
 def test_mcp_tools_become_function_tools() -> None:
-    class Tool:
-        name = "promql_query"
-        description = "a query"
-        input_schema = {"type": "object", "properties": {"query": {"type": "string"}}}
-
-    (spec,) = openai_tools([Tool()])
+    tool = types.Tool(
+        name="promql_query",
+        description="a query",
+        input_schema={"type": "object", "properties": {"query": {"type": "string"}}},
+    )
+    (spec,) = openai_tools([tool])
     assert spec["function"]["name"] == "promql_query"
     assert spec["function"]["parameters"]["properties"]["query"] == {"type": "string"}
