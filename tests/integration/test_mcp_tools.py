@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from tests.chat_double import ScriptedChatCompletions
 
-from sreforge.mcp import trajectory
+from sreforge.mcp import agent, trajectory
 from sreforge.mcp.server import ToolServer
 from sreforge.mcp.tools import Incident, IncidentTools
-from sreforge.runtime import handoff, workspace
+from sreforge.runtime import ci, handoff, workspace
 from sreforge.runtime.prometheus import PrometheusServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +50,9 @@ RuntimeError: database is locked
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def served(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, Path, handoff.Desk]]:
     tmp = tmp_path_factory.mktemp("tools")
     rules = tmp / "rules.yml"
     rules.write_text(RULES)
@@ -74,7 +77,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     stamp = time.strftime("%Y-%m-%d %H:%M:%S,000", time.gmtime())
     (logs / "catalog-regressed.log").write_text(LOG.format(t=stamp) + "x" * 100 + "\n")
     (tmp / "brief.md").write_text((SCENARIO / "brief.md").read_text())
-    desk = handoff.Desk(lambda: "", tmp / "rca.txt")
+    desk = handoff.Desk(lambda: ci.diff_trees(regressed, ws), tmp / "rca.txt")
     incident = Incident(
         run_id="run-a",
         alert="CatalogLatencyHigh",
@@ -94,7 +97,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
             break
         time.sleep(0.5)
     try:
-        yield server.url, tmp
+        yield server.url, tmp, desk
     finally:
         server.stop()
         prom.stop()
@@ -125,8 +128,10 @@ async def _session(url: str) -> dict[str, Any]:
     return out
 
 
-def test_tools_answer_and_refuse_over_a_real_session(served: tuple[str, Path]) -> None:
-    url, tmp = served
+def test_tools_answer_and_refuse_over_a_real_session(
+    served: tuple[str, Path, handoff.Desk],
+) -> None:
+    url, tmp, _desk = served
     seen = asyncio.run(_session(url))
 
     def ok(key: str) -> str:
@@ -167,3 +172,58 @@ def test_tools_answer_and_refuse_over_a_real_session(served: tuple[str, Path]) -
     calls = trajectory.read(tmp / trajectory.FILE)
     assert len(calls) == len(seen)
     assert [c["error"] for c in calls].count(True) == 3
+
+
+FIX = """\
+diff --git a/catalog/app.py b/catalog/app.py
+--- a/catalog/app.py
++++ b/catalog/app.py
+@@ -1 +1 @@
+-CACHE = False
++CACHE = True
+"""
+
+
+def test_the_reference_agent_investigates_edits_and_submits_once(
+    served: tuple[str, Path, handoff.Desk],
+) -> None:
+    """`sreforge agent`'s loop against ScriptedChatCompletions (a network-level TEST DOUBLE
+    of a model's API): its tool calls reach the server, the results go back to the model,
+    its edit is the workspace's diff, and it stops after its one submit."""
+    url, tmp, desk = served
+    double = ScriptedChatCompletions(
+        [
+            [("deploy_history", {"max_count": 2}), ("write_file", {"path": "../x", "content": ""})],
+            [("apply_patch", {"patch": FIX})],
+            [("submit", {})],
+            [("submit", {})],  # never asked: the agent stops once it has submitted
+        ]
+    ).start()
+    try:
+        outcome = asyncio.run(
+            agent.run_agent(
+                url,
+                tmp / "workspace",
+                agent.ChatModel(double.base_url, "scripted"),
+                agent.Budget(max_steps=10),
+                say=lambda _line: None,
+            )
+        )
+    finally:
+        double.stop()
+    assert outcome["submitted"] is True
+    assert outcome["steps"] == 3
+    assert outcome["tokens"] > 0
+    first = double.requests[0]
+    assert first["model"] == "scripted"
+    names = {t["function"]["name"] for t in first["tools"]}
+    assert {"deploy_history", "submit", "apply_patch", "write_file"} <= names
+    assert "CatalogLatencyHigh" in first["messages"][1]["content"]  # the brief
+    results = double.tool_results()
+    assert "refactor: drop the cache layer" in results[0]
+    assert results[1].startswith("ERROR: path: '../x' leaves the workspace")
+    assert results[2] == "applied: catalog/app.py"
+    assert desk.via_mcp
+    assert desk.patch is not None
+    assert "+CACHE = True" in desk.patch
+    assert desk.status()["state"] == "grading"
