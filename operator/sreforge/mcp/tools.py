@@ -81,6 +81,8 @@ class IncidentTools:
 
     # ----- Prometheus ------------------------------------------------------------------
     def _prometheus(self, path: str, params: dict[str, str]) -> Any:
+        if not self.incident.prometheus_url:
+            raise Refused("Prometheus is not running for this incident")
         url = self.incident.prometheus_url.rstrip("/") + path
         try:
             resp = self._http.get(url, params=params, timeout=PROMETHEUS_TIMEOUT_SECONDS)

@@ -337,7 +337,6 @@ class LocalRun:
 
     def _serve_tools(self, workspace: Path, brief: Path) -> handoff.Desk:
         """Start this case's MCP tool server; returns the desk its `submit` lands on."""
-        assert self.env.prom is not None
         regressed = self.env.regressed
         desk = handoff.Desk(lambda: ci.diff_trees(regressed, workspace), self.case_dir / "rca.txt")
         incident = Incident(
@@ -346,7 +345,7 @@ class LocalRun:
             service=self.scenario.service.name,
             brief=brief,
             workspace=workspace,
-            prometheus_url=self.env.prom.url,
+            prometheus_url=self.env.prom.url if self.env.prom is not None else "",
             history=self.case_dir / "handoff" / "history.git",
             desk=desk,
             log_files=self._log_files,
@@ -522,6 +521,7 @@ class LocalRun:
                 self.record_verdict()
             raise
         finally:
+            self._stop_tool_server()
             self.env.teardown()
 
     # ----- output ------------------------------------------------------------------
