@@ -128,7 +128,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     state = Live()
     state.doubles = {"wrong": wrong().start(), "solver": solver().start()}
     venv = Path(sys.executable).parent.parent
-    shares = [venv, ROOT / "operator", Path(sys.executable).resolve().parent.parent]
+    interpreter = Path(sys.executable).resolve().parent.parent  # where the venv's python is
+    shares = [venv, ROOT / "operator"]
+    if not interpreter.is_relative_to("/usr") and not interpreter.is_relative_to("/opt"):
+        shares.append(interpreter)  # the OS's own is in every sandbox already
     options = RunOptions(
         runs_dir=tmp_path_factory.mktemp("mcp") / "runs",
         sustain_seconds=10,
