@@ -1,23 +1,33 @@
-"""The hand-off desk of one case: where an MCP `submit` lands, and what it may see of grading.
+"""The hand-off of one case: the workspace, the agent's process, and the submission desk.
 
-A local case's hand-off (sreforge.runtime.local) waits on the desk: an agent's `submit`
-(the workspace's diff, or a patch it gives) becomes the case's submission, graded on the
-same path as `--fix`. The desk takes one submission; a second is refused with the reason,
-and `status` tells the agent where its submission stands (the verdict once recorded).
+The workspace is the regressed tree as a repository (sreforge.runtime.workspace), its
+history also copied where only the harness reads it. An agent runs (sandboxed unless told)
+until it exits or submits. A local case's hand-off (sreforge.runtime.local) waits on the
+desk: an agent's `submit` (the workspace's diff, or a patch it gives) becomes the case's
+submission, graded on the same path as `--fix`. The desk takes one submission; a second is
+refused with the reason, and `status` tells the agent where its submission stands (the
+verdict once recorded).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from sreforge.api.scenario import Scenario
 from sreforge.mcp.shape import Refused, iso
+from sreforge.runtime import sandbox, workspace
 
 MAX_RCA_CHARS = 64 * 1024
+# After an agent's submit through MCP: how long it may go on (a write-up) before it is ended.
+AGENT_GRACE_SECONDS = 30.0
 OPEN, GRADING, GRADED = "open", "grading", "graded"
 
 
@@ -124,3 +134,128 @@ def client_config_text(url: str, workspace: Path, run_id: str) -> str:
         f"{url}`); Codex CLI: `codex mcp add sreforge -- sreforge mcp --connect {url}`.\n"
         f"{config}\n"
     )
+
+
+def prepare_workspace(
+    healthy: Path,
+    regressed: Path,
+    dest: Path,
+    history: Path,
+    *,
+    service: str,
+    regression_patch: str,
+) -> dict[str, str]:
+    """`dest` becomes the regressed tree as a repository with its deploy history, and
+    `history` a bare copy of it, the one the tool server reads: nothing an agent writes in
+    its workspace's .git (hooks, fsmonitor, a pager) ever runs in the harness."""
+    revisions = workspace.prepare(
+        healthy, regressed, dest, service=service, regression_patch=regression_patch
+    )
+    subprocess.run(
+        ["git", "clone", "-q", "--bare", "--no-hardlinks", str(dest), str(history)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"},
+    )
+    return revisions
+
+
+def log_files(
+    logs: Path, scenario: Scenario, revisions: dict[str, str], *, own_patched: str
+) -> dict[str, list[tuple[str, Path]]]:
+    """The logs a case's agent may read, by service, each instance named like a pod after
+    its commit: the service's builds (another case's patched build left out), its upstreams',
+    Redis's. Never the harness's own (load generator, prober, Prometheus)."""
+    svc = scenario.service.name
+    builds: list[tuple[str, Path]] = []
+    for path in sorted(logs.glob(f"{svc}-*.log")):
+        label = path.stem.removeprefix(f"{svc}-")
+        if label.startswith("patched"):
+            if label != own_patched:
+                continue
+            rev = "candidate"
+        elif label == "healthy":
+            rev = revisions.get("baseline", "previous")
+        else:
+            rev = revisions.get("release", "current")
+        suffix = label.rsplit("-", 1)[1] if "-" in label else "0"
+        builds.append((f"{svc}-{rev}-{suffix}", path))
+    out: dict[str, list[tuple[str, Path]]] = {svc: builds}
+    for up in scenario.service.upstreams:
+        path = logs / f"upstream-{up.name}.log"
+        if path.exists():
+            out[up.name] = [(f"{up.name}-0", path)]
+    if (logs / "redis.log").exists():
+        out["redis"] = [("redis-0", logs / "redis.log")]
+    return out
+
+
+def run_agent(
+    argv: list[str],
+    workspace_dir: Path,
+    brief: Path,
+    desk: Desk,
+    *,
+    extra_env: dict[str, str],
+    log: Path,
+    timeout: float,
+    shares: list[Path] | None,
+    say: Callable[[str], None],
+) -> Literal["exit", "mcp", "timeout"]:
+    """Run the agent (in its sandbox unless `shares` is None) until it exits, its workspace
+    then being the submission, or submits through MCP, after which it has
+    AGENT_GRACE_SECONDS (a write-up) before it is ended. Returns how the submission came."""
+    confined = shares is not None
+    say(
+        f"running the agent: {argv[0]} (timeout {timeout:.0f}s, "
+        + (
+            "sandboxed: it sees the OS, /workspace, /handoff/brief.md"
+            if confined
+            else "UNSANDBOXED: it can read everything this user can"
+        )
+        + ")"
+    )
+    via: Literal["exit", "mcp", "timeout"] = "exit"
+    with contextlib.ExitStack() as stack:
+        if shares is not None:
+            box = stack.enter_context(sandbox.Sandbox(workspace_dir, brief, shares))
+            argv, env = box.argv(argv), box.env(dict(os.environ), extra_env)
+        else:
+            env = {**os.environ, **extra_env}
+        out = stack.enter_context(log.open("ab"))
+        proc = subprocess.Popen(
+            argv,
+            cwd=workspace_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None:
+            if desk.wait(0.2):
+                say("the agent submitted through MCP")
+                end_process(proc, AGENT_GRACE_SECONDS)
+                break
+            if time.monotonic() > deadline:
+                say("agent timed out: grading what it left in the workspace")
+                via = "timeout"
+                end_process(proc, 0)
+                break
+    return "mcp" if desk.via_mcp else via
+
+
+def end_process(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """Let `proc` exit within `grace` seconds, then terminate it, then kill it (by PID)."""
+    try:
+        proc.wait(grace)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

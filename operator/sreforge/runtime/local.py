@@ -8,9 +8,7 @@ oracle.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import secrets
 import shlex
 import shutil
@@ -38,14 +36,11 @@ from sreforge.mcp import trajectory
 from sreforge.mcp.server import ToolServer
 from sreforge.mcp.tools import Incident, IncidentTools
 from sreforge.runtime import ci, contention, handoff, sandbox
-from sreforge.runtime import workspace as workspace_repo
 from sreforge.runtime.driver import Driver
 from sreforge.runtime.environment import LocalEnvironment
 from sreforge.runtime.process import ProcessError
 
 PROGRESS_EVERY_SECONDS = 5.0
-# After an agent's submit through MCP: how long it may go on (a write-up) before it is ended.
-AGENT_GRACE_SECONDS = 30.0
 
 
 @dataclass
@@ -317,22 +312,14 @@ class LocalRun:
         return loop.Submitted(t=time.time())
 
     def _prepare_workspace(self, workspace: Path) -> None:
-        """The regressed tree as a repository with its deploy history, and the harness's
-        own copy of that history (the tool server reads it: never the agent's .git)."""
-        self.revisions = workspace_repo.prepare(
+        """The regressed tree as a repository with its deploy history (handoff.py)."""
+        self.revisions = handoff.prepare_workspace(
             self.env.healthy,
             self.env.regressed,
             workspace,
+            self.case_dir / "handoff" / "history.git",
             service=self.scenario.service.name,
             regression_patch=self.scenario.regression_path.read_text("utf-8"),
-        )
-        history = self.case_dir / "handoff" / "history.git"
-        subprocess.run(
-            ["git", "clone", "-q", "--bare", "--no-hardlinks", str(workspace), str(history)],
-            check=True,
-            capture_output=True,
-            timeout=60,
-            env={**_env(), "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"},
         )
 
     def _serve_tools(self, workspace: Path, brief: Path) -> handoff.Desk:
@@ -362,33 +349,12 @@ class LocalRun:
             self.tool_server = None
 
     def _log_files(self) -> dict[str, list[tuple[str, Path]]]:
-        """The logs the agent may read: each of the service's builds this case could see
-        (not another case's patched build), its upstreams', Redis's; named like pods."""
-        logs = self.env.dir / "logs"
-        svc = self.scenario.service.name
-        revs = getattr(self, "revisions", {})
-        out: dict[str, list[tuple[str, Path]]] = {}
-        builds: list[tuple[str, Path]] = []
-        for path in sorted(logs.glob(f"{svc}-*.log"), key=_mtime_first):
-            label = path.stem.removeprefix(f"{svc}-")
-            if label.startswith("patched"):
-                if label != self._label("patched"):
-                    continue
-                rev = "candidate"
-            elif label == "healthy":
-                rev = revs.get("baseline", "previous")
-            else:
-                rev = revs.get("release", "current")
-            suffix = label.rsplit("-", 1)[1] if "-" in label else "0"
-            builds.append((f"{svc}-{rev}-{suffix}", path))
-        out[svc] = builds
-        for up in self.scenario.service.upstreams:
-            path = logs / f"upstream-{up.name}.log"
-            if path.exists():
-                out[up.name] = [(f"{up.name}-0", path)]
-        if (logs / "redis.log").exists():
-            out["redis"] = [("redis-0", logs / "redis.log")]
-        return out
+        return handoff.log_files(
+            self.env.dir / "logs",
+            self.scenario,
+            getattr(self, "revisions", {}),
+            own_patched=self._label("patched"),
+        )
 
     def _announce(self, workspace: Path) -> None:
         assert self.tool_server is not None
@@ -412,20 +378,7 @@ class LocalRun:
             self.submitted_via = "timeout"
 
     def _run_agent(self, command: str, workspace: Path, brief: Path, desk: handoff.Desk) -> None:
-        """Run the agent until it exits (its workspace is the submission) or submits through
-        MCP (then it has AGENT_GRACE_SECONDS to finish, e.g. a write-up, before it is ended)."""
         assert self.tool_server is not None
-        argv = shlex.split(command)
-        confined = not self.opts.agent_unsandboxed
-        self._say(
-            f"running the agent: {argv[0]} (timeout {self.opts.agent_timeout_seconds}s, "
-            + (
-                "sandboxed: it sees the OS, /workspace, /handoff/brief.md"
-                if confined
-                else "UNSANDBOXED: it can read everything this user can"
-            )
-            + ")"
-        )
         self._announce(workspace)
         extra = {
             "SREFORGE_WORKSPACE": str(workspace),
@@ -435,38 +388,20 @@ class LocalRun:
         }
         if self.env.prom is not None:
             extra["SREFORGE_PROMETHEUS_URL"] = self.env.prom.url
-        with contextlib.ExitStack() as stack:
-            if confined:
-                box = stack.enter_context(sandbox.Sandbox(workspace, brief, self.opts.agent_shares))
-                argv, env = box.argv(argv), box.env(_env(), extra)
-            else:
-                env = {**_env(), **extra}
-            logs = self.case_dir / "logs"
-            logs.mkdir(exist_ok=True)
-            log = stack.enter_context((logs / "agent.log").open("ab"))
-            proc = subprocess.Popen(
-                argv,
-                cwd=workspace,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-            deadline = time.monotonic() + self.opts.agent_timeout_seconds
-            self.submitted_via = "exit"
-            while proc.poll() is None:
-                if desk.wait(0.2):
-                    self.submitted_via = "mcp"
-                    self._say("the agent submitted through MCP")
-                    _end(proc, AGENT_GRACE_SECONDS)
-                    break
-                if time.monotonic() > deadline:
-                    self._say("agent timed out: grading what it left in the workspace")
-                    self.submitted_via = "timeout"
-                    _end(proc, 0)
-                    break
-            if desk.via_mcp:
-                self.submitted_via = "mcp"
+        confined = not self.opts.agent_unsandboxed
+        logs = self.case_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        self.submitted_via = handoff.run_agent(
+            shlex.split(command),
+            workspace,
+            brief,
+            desk,
+            extra_env=extra,
+            log=logs / "agent.log",
+            timeout=self.opts.agent_timeout_seconds,
+            shares=self.opts.agent_shares if confined else None,
+            say=self._say,
+        )
         self.sandboxed = confined
 
     def run_ci(self) -> loop.Event:
@@ -636,32 +571,6 @@ def _since(stats: dict[str, Any] | None, base: dict[str, Any] | None) -> dict[st
         out["achieved_rate_total"] = round(out["started"] / out["elapsed_seconds"], 3)
     out["since_case_began"] = True
     return out
-
-
-def _end(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """Let `proc` exit within `grace` seconds, then terminate it, then kill it (by PID)."""
-    try:
-        proc.wait(grace)
-        return
-    except subprocess.TimeoutExpired:
-        pass
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
-def _mtime_first(path: Path) -> float:
-    try:
-        return path.stat().st_ctime
-    except OSError:
-        return 0.0
-
-
-def _env() -> dict[str, str]:
-    return dict(os.environ)
 
 
 def _write_json(path: Path, data: Any) -> None:
