@@ -26,6 +26,7 @@ from sreforge.mcp import shape
 from sreforge.mcp.shape import Refused
 
 PROMETHEUS_TIMEOUT_SECONDS = 15.0
+PROMETHEUS_QUERY_TIMEOUT_SECONDS = 10.0
 MAX_RANGE_POINTS = 2000  # per series: a range query asking for more is refused
 MAX_LOG_LINES = 500
 MAX_FILE_CHARS = 60_000
@@ -84,6 +85,9 @@ class IncidentTools:
         if not self.incident.prometheus_url:
             raise Refused("Prometheus is not running for this incident")
         url = self.incident.prometheus_url.rstrip("/") + path
+        # Prometheus gives up on a query after this, so an agent's heavy query cannot hold
+        # the Prometheus the oracle reads from
+        params = {**params, "timeout": f"{PROMETHEUS_QUERY_TIMEOUT_SECONDS:g}s"}
         try:
             resp = self._http.get(url, params=params, timeout=PROMETHEUS_TIMEOUT_SECONDS)
         except requests.RequestException as exc:
