@@ -200,7 +200,12 @@ class ToolServer:
         self._sock.bind((host, 0))
         self.port = int(self._sock.getsockname()[1])
         config = uvicorn.Config(
-            self.app, log_level="warning", lifespan="on", access_log=False, timeout_keep_alive=30
+            self.app,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+            timeout_keep_alive=30,
+            timeout_graceful_shutdown=3,  # a client's open event stream must not hold the run
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
