@@ -16,7 +16,7 @@ from sreforge.api.scenario import ScenarioError
 from sreforge.api.verdict import Reason
 from sreforge.mcp import agent
 from sreforge.mcp.server import serve_stdio_proxy
-from sreforge.runtime import campaign
+from sreforge.runtime import campaign, handoff
 from sreforge.runtime.local import CaseSpec, LocalRun, RunOptions
 from sreforge.runtime.process import ProcessError
 from sreforge.runtime.session import run_session
@@ -78,15 +78,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    if not str(args.connect).startswith(("http://", "https://")):
-        print(f"error: --connect {args.connect}: not an http(s) URL", file=sys.stderr)
+    url = args.connect
+    if url is None:
+        try:
+            url = handoff.read_url(args.run_dir)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+    if not str(url).startswith(("http://", "https://")):
+        print(f"error: --connect {url}: not an http(s) URL", file=sys.stderr)
         return EXIT_ERROR
     try:
-        asyncio.run(serve_stdio_proxy(args.connect))
+        asyncio.run(serve_stdio_proxy(url))
     except KeyboardInterrupt:
         return 0
     except Exception as exc:  # the client sees the bridge end; say why on stderr
-        print(f"error: the MCP bridge to {args.connect} ended: {exc}", file=sys.stderr)
+        print(f"error: the MCP bridge to the run ended: {exc}", file=sys.stderr)
         return EXIT_ERROR
     return 0
 
@@ -412,9 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
     mc = sub.add_parser(
         "mcp", help="serve a run's incident tools over stdio (a bridge to its MCP URL)"
     )
-    mc.add_argument(
+    target = mc.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "run_dir", nargs="?", type=Path, help="a run's (or warm-session case's) directory"
+    )
+    target.add_argument(
         "--connect",
-        required=True,
         metavar="URL",
         help="the run's MCP URL (SREFORGE_MCP_URL, or printed by `sreforge run --mcp`)",
     )

@@ -249,9 +249,9 @@ async def _client_session(url: str, workspace: Path) -> dict[str, Any]:
         await refused("no_such_tool", {})
         seen["still_up"] = await ok("brief", {})
 
-        # the same tools over stdio: `sreforge mcp --connect URL` as a client would start it
+        # the same tools over stdio: `sreforge mcp RUN_DIR` as a client would start it
         bridge = StdioServerParameters(
-            command=sys.executable, args=["-m", "sreforge.cli", "mcp", "--connect", url]
+            command=sys.executable, args=["-m", "sreforge.cli", "mcp", str(workspace.parent)]
         )
         async with Client(bridge) as stdio:
             seen["stdio_brief"] = _text(await stdio.call_tool("brief", {}))

@@ -9,13 +9,14 @@ import asyncio
 import json
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from tests.chat_double import ScriptedChatCompletions
 
 from sreforge.mcp import agent, trajectory
@@ -125,6 +126,14 @@ async def _session(url: str) -> dict[str, Any]:
         ):
             result = await c.call_tool(name, args)
             out[f"{name} {json.dumps(args)}"] = (result.is_error, _text(result))
+    # the same tools over stdio, as a client that starts servers as commands reaches them
+    bridge = StdioServerParameters(
+        command=sys.executable, args=["-m", "sreforge.cli", "mcp", "--connect", url]
+    )
+    async with Client(bridge) as stdio:
+        out["stdio tools"] = (False, " ".join(t.name for t in (await stdio.list_tools()).tools))
+        result = await stdio.call_tool("workspace_read", {"path": "../brief.md"})
+        out["stdio refused"] = (result.is_error, _text(result))
     return out
 
 
@@ -169,9 +178,11 @@ def test_tools_answer_and_refuse_over_a_real_session(
     assert "CatalogLatencyHigh" in ok("brief {}")
     # the agent's .git/config is never run by the harness: history is read from its copy
     assert not Path("/tmp/pwned-by-agent").exists()
+    assert "deploy_history" in ok("stdio tools").split()
+    assert "leaves the workspace" in refused("stdio refused")
     calls = trajectory.read(tmp / trajectory.FILE)
-    assert len(calls) == len(seen)
-    assert [c["error"] for c in calls].count(True) == 3
+    assert len(calls) == len(seen) - 1  # listing the tools is no tool call
+    assert [c["error"] for c in calls].count(True) == 4
 
 
 FIX = """\

@@ -29,6 +29,9 @@ MAX_RCA_CHARS = 64 * 1024
 # After an agent's submit through MCP: how long it may go on (a write-up) before it is ended.
 AGENT_GRACE_SECONDS = 30.0
 OPEN, GRADING, GRADED = "open", "grading", "graded"
+# In the case's handoff/ folder (the run directory: never in an agent's view), mode 0600:
+# the tool server's URL, for `sreforge mcp RUN_DIR`.
+URL_FILE = "mcp-url"
 
 
 class Desk:
@@ -110,6 +113,25 @@ class Desk:
                 "score": round(score, 3),
                 "message": message,
             }
+
+
+def write_url(path: Path, url: str) -> None:
+    """Keep the URL (it holds the run's secret) readable by this user only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(url + "\n")
+
+
+def read_url(run_dir: Path) -> str:
+    """The tool server URL of the run (or warm-session case) in `run_dir`."""
+    path = run_dir / "handoff" / URL_FILE
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(
+            f"{run_dir}: no MCP server was started there (no {path.relative_to(run_dir)}); "
+            "a run serves one from its hand-off to an agent or --mcp on"
+        ) from exc
 
 
 def client_config(url: str, name: str = "sreforge") -> dict[str, Any]:

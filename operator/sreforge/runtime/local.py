@@ -339,6 +339,7 @@ class LocalRun:
         )
         record = trajectory.Trajectory(self.case_dir / trajectory.FILE)
         self.tool_server = ToolServer(IncidentTools(incident), record).start()
+        handoff.write_url(self.case_dir / "handoff" / handoff.URL_FILE, self.tool_server.url)
         self.desk = desk
         self.handed_off_at = time.time()
         return desk
