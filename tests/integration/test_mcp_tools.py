@@ -123,6 +123,7 @@ async def _session(url: str) -> dict[str, Any]:
             ("deploy_show", {"commit": "HEAD", "path": "../../etc/passwd"}),
             ("workspace_read", {"path": "../brief.md"}),
             ("brief", {}),
+            ("service_logs", {"service": ["catalog"]}),  # the SDK's own validation refuses it
         ):
             result = await c.call_tool(name, args)
             out[f"{name} {json.dumps(args)}"] = (result.is_error, _text(result))
@@ -176,13 +177,15 @@ def test_tools_answer_and_refuse_over_a_real_session(
     )
     assert "leaves the workspace" in refused('workspace_read {"path": "../brief.md"}')
     assert "CatalogLatencyHigh" in ok("brief {}")
+    assert "service" in refused('service_logs {"service": ["catalog"]}')
     # the agent's .git/config is never run by the harness: history is read from its copy
     assert not Path("/tmp/pwned-by-agent").exists()
     assert "deploy_history" in ok("stdio tools").split()
     assert "leaves the workspace" in refused("stdio refused")
     calls = trajectory.read(tmp / trajectory.FILE)
     assert len(calls) == len(seen) - 1  # listing the tools is no tool call
-    assert [c["error"] for c in calls].count(True) == 4
+    assert [c["error"] for c in calls].count(True) == 5
+    assert calls[-2]["arguments"] == {"service": ["catalog"]}  # recorded as sent
 
 
 FIX = """\

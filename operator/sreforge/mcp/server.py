@@ -22,6 +22,7 @@ from typing import Any
 
 import uvicorn
 from mcp import Client, types
+from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -42,26 +43,62 @@ INSTRUCTIONS = (
 )
 
 
+class Recorder:
+    """Server middleware: every `tools/call` into the trajectory, as the caller sent it and
+    as it was answered, a call the SDK refused before the tool ran (an unknown tool, an
+    argument of the wrong type) included."""
+
+    def __init__(self, record: trajectory.Trajectory) -> None:
+        self.record = record
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        if ctx.method != "tools/call":
+            return await call_next(ctx)
+        params = ctx.params if isinstance(ctx.params, dict) else {}
+        name = str(params.get("name", "?"))
+        arguments = params.get("arguments")
+        arguments = arguments if isinstance(arguments, dict) else {}
+        t = time.time()
+        try:
+            result = await call_next(ctx)
+        except Exception as exc:  # a protocol error (MCPError, invalid params): still a call
+            _note(self.record, t, name, arguments, str(exc), error=True)
+            raise
+        text, error = _result_text(result)
+        _note(self.record, t, name, arguments, text, error=error)
+        return result
+
+
+def _result_text(result: Any) -> tuple[str, bool]:
+    if isinstance(result, types.CallToolResult):
+        return "\n".join(getattr(c, "text", "") for c in result.content), bool(result.is_error)
+    if isinstance(result, dict):
+        content = result.get("content") or []
+        text = "\n".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+        return text, bool(result.get("isError") or result.get("is_error"))
+    return "", False
+
+
 def build(tools: IncidentTools, record: trajectory.Trajectory | None) -> MCPServer[Any]:
     """The MCP server of `tools`; each call is recorded in `record`."""
     server: MCPServer[Any] = MCPServer(
-        name="sreforge-incident", instructions=INSTRUCTIONS, version="1", log_level="WARNING"
+        name="sreforge-incident",
+        instructions=INSTRUCTIONS,
+        version="1",
+        log_level="WARNING",
+        middleware=[Recorder(record)] if record is not None else [],
     )
 
     def call(name: str, arguments: dict[str, Any], fn: Callable[[], str]) -> str:
-        t = time.time()
+        del arguments  # recorded by the Recorder middleware, as the caller sent them
         try:
-            result = fn()
+            return fn()
         except Refused as exc:
-            _note(record, t, name, arguments, str(exc), error=True)
             raise ToolError(str(exc)) from None
         except Exception as exc:  # a fault of the server, not the caller: no internals shown
             log.exception("tool %s failed", name)
             why = f"the tool failed on the server's side ({exc.__class__.__name__}); try again"
-            _note(record, t, name, arguments, why, error=True)
             raise ToolError(why) from None
-        _note(record, t, name, arguments, result, error=False)
-        return result
 
     @server.tool()
     def brief() -> str:
