@@ -382,6 +382,11 @@ def test_an_mcp_submit_is_graded_exactly_like_the_same_fix(
     assert sum(c["error"] for c in calls) >= 15
     # every refused call is in the trajectory too, with its arguments
     assert any(c["arguments"].get("commit") == "--output=/tmp/x" for c in calls)
+    assert any(c["tool"] == "no_such_tool" and c["error"] for c in calls)
+    # the case keeps the service's logs it could see, named like its instances
+    kept = sorted((mcp_dir / "logs").glob("catalog-*.log"))
+    assert kept, "no service log kept in the case's directory"
+    assert any('"GET /products/' in p.read_text(errors="replace") for p in kept)
 
 
 def test_the_reference_agent_fails_with_a_wrong_fix_and_passes_with_the_solver(

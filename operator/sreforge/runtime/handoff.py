@@ -28,6 +28,7 @@ from sreforge.runtime import sandbox, workspace
 MAX_RCA_CHARS = 64 * 1024
 # After an agent's submit through MCP: how long it may go on (a write-up) before it is ended.
 AGENT_GRACE_SECONDS = 30.0
+KEPT_LOG_BYTES = 4 * 1024 * 1024
 OPEN, GRADING, GRADED = "open", "grading", "graded"
 # In the case's handoff/ folder (the run directory: never in an agent's view), mode 0600:
 # the tool server's URL, for `sreforge mcp RUN_DIR`.
@@ -211,6 +212,23 @@ def log_files(
     if (logs / "redis.log").exists():
         out["redis"] = [("redis-0", logs / "redis.log")]
     return out
+
+
+def keep_logs(sources: dict[str, list[tuple[str, Path]]], dest: Path, *, since: float) -> None:
+    """Copy into `dest` the tail of each log the case could see (the environment's own
+    logs/ keeps them whole): at most KEPT_LOG_BYTES each, only those written since `since`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for instances in sources.values():
+        for instance, path in instances:
+            try:
+                if path.stat().st_mtime < since:
+                    continue
+                with path.open("rb") as f:
+                    f.seek(max(0, path.stat().st_size - KEPT_LOG_BYTES))
+                    data = f.read()
+            except OSError:
+                continue
+            (dest / f"{instance}.log").write_bytes(data)
 
 
 def run_agent(

@@ -500,6 +500,8 @@ class LocalRun:
         series = self.env.series(since, time.time()) if since else None
         if series is not None:
             (self.case_dir / "metrics.json").write_text(json.dumps(series), encoding="utf-8")
+        if self.session is not None:  # a warm session's case keeps the logs it could see
+            handoff.keep_logs(self._log_files(), self.case_dir / "logs", since=self.case_began)
         generator = _since(self.env.generator_stats(), self._generator_base)
         control = self.env.control if self.case_index == 0 else None
         case, d, sess = self.case, self.case_dir, self.session
