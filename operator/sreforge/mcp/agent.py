@@ -242,8 +242,9 @@ async def run_agent(
             for call in calls:
                 fn = call.get("function") or {}
                 name = str(fn.get("name", ""))
-                try:
-                    args = json.loads(fn.get("arguments") or "{}")
+                raw = fn.get("arguments") or "{}"
+                try:  # a string of JSON per the API; some servers send the object itself
+                    args = raw if isinstance(raw, dict) else json.loads(raw)
                     if not isinstance(args, dict):
                         raise ValueError("arguments are not a JSON object")
                 except ValueError as exc:
