@@ -98,7 +98,7 @@ def wrong() -> ScriptedChatCompletions:
 
 def agent_command(double: ScriptedChatCompletions, model: str) -> str:
     return (
-        f"{sys.executable} -m sreforge.cli agent --base-url {double.base_url} "
+        f"{sys.executable} -m sreforge.mcp.agent --base-url {double.base_url} "
         f"--model {model} --max-steps 10 --max-tokens 400000"
     )
 

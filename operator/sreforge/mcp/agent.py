@@ -354,3 +354,15 @@ def cli(args: argparse.Namespace) -> int:
         return 2
     print(json.dumps(outcome), flush=True)
     return 0 if outcome["submitted"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m sreforge.mcp.agent`: the same as `sreforge agent`, without loading the
+    rest of the command line (it starts faster in a sandbox)."""
+    parser = argparse.ArgumentParser(prog="sreforge agent", description=__doc__)
+    add_arguments(parser)
+    return cli(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
