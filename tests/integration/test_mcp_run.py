@@ -211,7 +211,11 @@ async def _client_session(url: str, workspace: Path) -> dict[str, Any]:
         seen["range"] = json.loads(
             await ok(
                 "promql_range",
-                {"query": "sum(rate(sreforge_load_requests_total[10s]))", "start": "-2m"},
+                {
+                    "query": "sum(rate(sreforge_load_requests_total[10s]))",
+                    "start": "-2m",
+                    "step": "5s",
+                },
             )
         )
         # every series of the run: the load generator's and prober's are Prometheus data the
@@ -317,7 +321,7 @@ def test_every_tool_answers_from_the_live_incident(client_view: dict[str, Any]) 
     assert any(e["alert"] == "CatalogLatencyHigh" for e in seen["alerts"]["history"])
     assert seen["up"]["result"][0]["metric"]["job"] == "catalog"
     assert seen["range"]["resultType"] == "matrix"
-    assert len(seen["range"]["result"][0]["values"]) >= 5
+    assert len(seen["range"]["result"][0]["values"]) >= 3
     assert "[cut: " in seen["everything"]  # every series of the run: capped, and says so
     assert '"GET /products/' in seen["logs"]
     assert " 200 " in seen["logs"]
@@ -430,5 +434,5 @@ def test_the_reference_agent_fails_with_a_wrong_fix_and_passes_with_the_solver(
     assert rows[solved.run_id].toolCalls == 7
     assert rows[solved.run_id].submittedAfterSeconds is not None
     assert rows[wrong_record.run_id].toolCalls == 3
-    assert "scripted" not in json.dumps(solved.signals)  # nothing of it in the grade
+    assert not any("tool" in s.detail for s in solved.signals.values())  # not in the grade
     assert (wrong_dir / "logs" / "agent.log").read_text().count('"submitted": true') == 1
