@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -33,9 +34,19 @@ class BufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.handleError(record)
 
 
+def _own_stdout() -> Any:
+    """Standard output through a buffer of the log's own: a line another thread prints
+    (print writes its text and its newline separately) is never split by a log line, and
+    each flush writes whole lines."""
+    try:
+        return open(os.dup(sys.stdout.fileno()), "w", buffering=1 << 16, encoding="utf-8")  # noqa: SIM115
+    except (OSError, ValueError, AttributeError):  # no real stdout (an embedding host)
+        return sys.stdout
+
+
 def configure(level: str) -> BufferedHandler:
     """Log to stdout in UTC: `2026-12-03 17:49:10,123 INFO catalog.access: ...`."""
-    handler = BufferedHandler(sys.stdout)
+    handler = BufferedHandler(_own_stdout())
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     formatter.converter = time.gmtime
     handler.setFormatter(formatter)
