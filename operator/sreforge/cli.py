@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from collections.abc import Callable
@@ -13,7 +14,9 @@ from sreforge import catalogue, judge, leaderboard, report
 from sreforge.api.record import RunRecord
 from sreforge.api.scenario import Scenario, ScenarioError
 from sreforge.api.verdict import Reason
-from sreforge.runtime import campaign
+from sreforge.mcp import agent
+from sreforge.mcp.server import serve_stdio_proxy
+from sreforge.runtime import campaign, handoff
 from sreforge.runtime.local import CaseSpec, LocalRun, RunOptions
 from sreforge.runtime.process import ProcessError
 from sreforge.runtime.session import run_session
@@ -45,7 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if file is not None and not file.is_file():
             print(f"error: {label} {file}: no such file", file=sys.stderr)
             return EXIT_ERROR
-    opts = _options(args, fix=args.fix, agent=args.agent)
+    opts = _options(args, fix=args.fix, agent=args.agent, mcp=args.mcp)
     try:
         run = LocalRun(scenario, repo_root(), opts)
         record = RunRecord.model_validate(run.execute())
@@ -72,6 +75,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     if record.reason in (Reason.INCONCLUSIVE, Reason.ALERT_NEVER_FIRED):
         return EXIT_ERROR
     return EXIT_FAILED
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    url = args.connect
+    if url is None:
+        try:
+            url = handoff.read_url(args.run_dir)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+    if not str(url).startswith(("http://", "https://")):
+        print(f"error: --connect {url}: not an http(s) URL", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        asyncio.run(serve_stdio_proxy(url))
+    except KeyboardInterrupt:
+        return 0
+    except Exception as exc:  # the client sees the bridge end; say why on stderr
+        print(f"error: the MCP bridge to the run ended: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
 
 
 def _print_summary(record: RunRecord, run_dir: Path) -> None:
@@ -416,8 +440,34 @@ def build_parser() -> argparse.ArgumentParser:
     who = run.add_mutually_exclusive_group(required=True)
     who.add_argument("--fix", type=Path, help="a unified diff against the workspace")
     who.add_argument("--agent", help="command run in the workspace; its edits are the patch")
+    who.add_argument(
+        "--mcp",
+        action="store_true",
+        help="wait for a submission through the run's MCP server (an agent started by hand); "
+        "prints its URL and a client config on stdout",
+    )
     _add_grading_arguments(run)
     run.set_defaults(func=cmd_run)
+
+    mc = sub.add_parser(
+        "mcp", help="serve a run's incident tools over stdio (a bridge to its MCP URL)"
+    )
+    target = mc.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "run_dir", nargs="?", type=Path, help="a run's (or warm-session case's) directory"
+    )
+    target.add_argument(
+        "--connect",
+        metavar="URL",
+        help="the run's MCP URL (SREFORGE_MCP_URL, or printed by `sreforge run --mcp`)",
+    )
+    mc.set_defaults(func=cmd_mcp)
+
+    ag = sub.add_parser(
+        "agent", help="the reference agent: a chat-completions model through a run's MCP tools"
+    )
+    agent.add_arguments(ag)
+    ag.set_defaults(func=agent.cli)
 
     scen = sub.add_parser("scenarios", help="the scenario catalogue")
     scen_sub = scen.add_subparsers(dest="scenarios_command", required=True)

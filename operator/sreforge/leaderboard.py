@@ -15,9 +15,11 @@ import shlex
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from sreforge.api.record import RunRecord
 from sreforge.api.verdict import Reason
+from sreforge.mcp import trajectory
 
 UNGRADED_REASONS = frozenset({Reason.INCONCLUSIVE.value, Reason.ALERT_NEVER_FIRED.value})
 INTERPRETERS = re.compile(r"python[0-9.]*|pypy[0-9.]*|sh|bash|node|env|uv|uvx")
@@ -35,6 +37,10 @@ class RunRow:
     durationSeconds: float | None
     started: str | None
     campaign: str | None = None  # the campaign (or None) whose warm session graded the run
+    # the agent's MCP tool calls (trajectory.jsonl): how many, and when it submitted after
+    # the hand-off; never part of the verdict
+    toolCalls: int | None = None
+    submittedAfterSeconds: float | None = None
 
     @property
     def graded(self) -> bool:
@@ -69,9 +75,16 @@ def _label(source: str | None) -> str:
     return Path(text).name or "-"
 
 
-def _row(record: RunRecord) -> RunRow:
+def _row(record: RunRecord, run_dir: Path | None = None) -> RunRow:
     started = record.timestamps.started
     session = record.session
+    calls: dict[str, Any] = {}
+    if run_dir is not None and record.submission.trajectory:
+        handed = record.timestamps.handed_off
+        calls = trajectory.summarise(
+            trajectory.read(run_dir / record.submission.trajectory),
+            None if handed is None else handed.timestamp(),
+        )
     return RunRow(
         scenario=record.scenario.name,
         runId=record.run_id,
@@ -83,6 +96,8 @@ def _row(record: RunRecord) -> RunRow:
         durationSeconds=record.wall_time_seconds.get("total"),
         started=None if started is None else started.isoformat(),
         campaign=None if session is None else session.campaign,
+        toolCalls=calls.get("calls"),
+        submittedAfterSeconds=calls.get("submittedAfterSeconds"),
     )
 
 
@@ -101,7 +116,8 @@ def collect_with_skipped(runs_dir: Path) -> tuple[list[RunRow], list[Path]]:
         if any((d / name).exists() for name in NOT_RUNS):
             continue
         try:
-            rows.append(_row(RunRecord.model_validate_json((d / "record.json").read_bytes())))
+            record = RunRecord.model_validate_json((d / "record.json").read_bytes())
+            rows.append(_row(record, d))
         except (OSError, ValueError):  # pydantic's ValidationError is a ValueError
             skipped.append(d)
     # grouped by campaign (single runs first), in start order within each group
@@ -142,7 +158,7 @@ def _num(value: float | None, fmt: str) -> str:
 def format_table(rows: list[RunRow], sums: list[ScenarioSummary], skipped: int = 0) -> str:
     lines = [
         f"{'SCENARIO':<26} {'RUN':<46} {'FIX/AGENT':<30} {'VERDICT':<7} {'SCORE':>6} "
-        f"{'REASON':<16} {'TTC(s)':>7} {'DUR(s)':>7}  STARTED"
+        f"{'REASON':<16} {'TTC(s)':>7} {'DUR(s)':>7} {'CALLS':>5} {'SUBMIT(s)':>9}  STARTED"
     ]
     grouped = any(r.campaign for r in rows)  # headers only where there are campaigns
     group: object = ()
@@ -154,7 +170,8 @@ def format_table(rows: list[RunRow], sums: list[ScenarioSummary], skipped: int =
         lines.append(
             f"{r.scenario:<26} {r.runId:<46} {r.label:<30} {verdict:<7} {r.score:>6.3f} "
             f"{r.reason:<16} {_num(r.timeToClearSeconds, '.1f'):>7} "
-            f"{_num(r.durationSeconds, '.1f'):>7}  {r.started or '-'}"
+            f"{_num(r.durationSeconds, '.1f'):>7} {_num(r.toolCalls, 'd'):>5} "
+            f"{_num(r.submittedAfterSeconds, '.1f'):>9}  {r.started or '-'}"
         )
     lines += [
         "",

@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt
 
 from sreforge.api.observation import AlertSample
 from sreforge.api.record import RunRecord
+from sreforge.mcp import trajectory
 
 PASS_COLOUR = "#1a7f37"
 FAIL_COLOUR = "#cf222e"
@@ -409,7 +410,44 @@ def _held_rows(record: RunRecord) -> list[tuple[str, Any]]:
     ]
 
 
-def render_html(record: RunRecord, png: bytes | None) -> str:
+MAX_CALLS_SHOWN = 200  # the report lists this many tool calls; the summary counts them all
+
+
+def _trajectory_section(record: RunRecord, calls: list[dict[str, Any]]) -> list[str]:
+    """What the agent looked at through the MCP tools, and when it submitted (none of it is
+    part of the verdict)."""
+    handed = record.timestamps.handed_off
+    start = None if handed is None else handed.timestamp()
+    s = trajectory.summarise(calls, start)
+    rows = [
+        ("tool calls", s["calls"]),
+        ("refused or failed", s.get("errors")),
+        ("by tool", ", ".join(f"{k} {v}" for k, v in s.get("byTool", {}).items())),
+        ("first call after hand-off (s)", s.get("firstCallAfterSeconds")),
+        ("submitted after hand-off (s)", s.get("submittedAfterSeconds")),
+        ("result characters read", s.get("resultChars")),
+    ]
+    origin = start if start is not None else float(calls[0].get("t", 0.0))
+    body = "".join(
+        f"<tr><td>{_e(_fmt(float(c.get('t', 0.0)) - origin, 1))}</td><td>{_e(c['tool'])}</td>"
+        f"<td><code>{_e(json.dumps(c.get('arguments', {}))[:300])}</code></td>"
+        f"<td>{_e(c.get('resultChars'))}</td><td>{'refused' if c.get('error') else 'ok'}</td></tr>"
+        for c in calls[:MAX_CALLS_SHOWN]
+    )
+    more = len(calls) - MAX_CALLS_SHOWN
+    return [
+        "<h2 id='trajectory'>Agent's tool calls (not graded)</h2>",
+        _kv_table(rows),
+        "<p>Looked at: " + _e("; ".join(s.get("lookedAt", [])) or "nothing") + "</p>",
+        "<table><tr><th>s after hand-off</th><th>tool</th><th>arguments</th>"
+        f"<th>result chars</th><th></th></tr>{body}</table>",
+        f"<p class='muted'>{more} more call(s) in trajectory.jsonl</p>" if more > 0 else "",
+    ]
+
+
+def render_html(
+    record: RunRecord, png: bytes | None, calls: list[dict[str, Any]] | None = None
+) -> str:
     label, colour = _verdict_label(record)
     scenario, submission, ci = record.scenario, record.submission, record.ci
     image = (
@@ -432,6 +470,7 @@ def render_html(record: RunRecord, png: bytes | None) -> str:
                 ("title", scenario.title),
                 ("target alert", scenario.target_alert),
                 ("submission", f"{submission.kind}: {submission.source}"),
+                ("submitted via", submission.submitted_via),
                 ("agent model", submission.agent_model),
                 ("files changed", ", ".join(submission.files_changed) or None),
                 ("time to clear (s)", record.time_to_clear_seconds),
@@ -460,6 +499,8 @@ def render_html(record: RunRecord, png: bytes | None) -> str:
         "<h2>Wall time (s)</h2>",
         _kv_table(list(record.wall_time_seconds.items())),
     ]
+    if calls:
+        parts += _trajectory_section(record, calls)
     if record.fault:
         parts += ["<h2>Fault</h2>", f"<pre>{_e(json.dumps(record.fault, indent=2))}</pre>"]
     parts.append(f"<p class='muted'>{_e(record.schema_id)}</p></main></body></html>\n")
@@ -475,7 +516,12 @@ def write_report(run_dir: Path) -> tuple[Path, Path]:
     record = RunRecord.model_validate_json((run_dir / "record.json").read_bytes())
     png_path = render_timeline(record, _load_metrics(run_dir), run_dir / "timeline.png")
     html_path = run_dir / "report.html"
-    html_path.write_text(render_html(record, png_path.read_bytes()), encoding="utf-8")
+    calls = (
+        trajectory.read(run_dir / record.submission.trajectory)
+        if record.submission.trajectory
+        else []
+    )
+    html_path.write_text(render_html(record, png_path.read_bytes(), calls), encoding="utf-8")
     return png_path, html_path
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sreforge.cli import build_parser
 from sreforge.runtime.local import CaseSpec, RunOptions, _since
 
 
@@ -46,3 +47,14 @@ def test_a_case_is_a_patch_or_an_agent_never_both() -> None:
         CaseSpec("x", fix=Path("a.patch"), agent="true")
     one = CaseSpec.of(RunOptions(runs_dir=Path("runs"), fix=Path("fixes/a.patch")))
     assert (one.label, one.trial) == ("a.patch", 1)
+
+
+def test_a_case_can_wait_for_an_mcp_submission_instead() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        CaseSpec("x", agent="true", mcp=True)
+    by_hand = CaseSpec.of(RunOptions(runs_dir=Path("runs"), mcp=True))
+    assert (by_hand.label, by_hand.mcp, by_hand.fix, by_hand.agent) == ("mcp", True, None, None)
+    args = build_parser().parse_args(["run", "latency-cache-stampede", "--mcp"])
+    assert (args.mcp, args.fix, args.agent) == (True, None, None)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "s", "--mcp", "--fix", "a.patch"])

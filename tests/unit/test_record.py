@@ -45,6 +45,8 @@ NEW_KEYS = {
 NEW_VERIFY_KEYS = {"oracles": {"mitigate": 1.0, "diagnose": 0.0}, "soak_seconds": [0.0, 0.0]}
 
 
+# How the submission arrived and the agent's tool calls (the MCP server, issue 15).
+NEW_SUBMISSION_KEYS = {"submittedVia": None, "trajectory": None}
 # Each sample's page-severity alerts, the independent prober's view (None: no prober) and
 # the patched service's restarts (None: not observed).
 NEW_SAMPLE_KEYS = {"pages": [], "probe": None, "restarts": None}
@@ -53,7 +55,16 @@ NEW_SAMPLE_KEYS = {"pages": [], "probe": None, "restarts": None}
 def _with_additions(old: dict[str, Any]) -> dict[str, Any]:
     """The old record plus exactly the keys this version adds, and nothing else."""
     timeline = [_with_sample_keys(sample) for sample in old.get("timeline", [])]
-    return old | NEW_KEYS | {"verify": old["verify"] | NEW_VERIFY_KEYS, "timeline": timeline}
+    submission = old["submission"] | NEW_SUBMISSION_KEYS
+    return (
+        old
+        | NEW_KEYS
+        | {
+            "verify": old["verify"] | NEW_VERIFY_KEYS,
+            "timeline": timeline,
+            "submission": submission,
+        }
+    )
 
 
 def _with_sample_keys(sample: dict[str, Any]) -> dict[str, Any]:

@@ -90,8 +90,14 @@ class SubmissionRecord(_Part):
     `patch` and `rca` name files in the run directory; `sandboxed` is None for a fix.
     """
 
-    kind: Literal["fix", "agent"]
+    kind: Literal["fix", "agent", "mcp"]  # mcp: an agent started by hand (`run --mcp`)
     source: str | None = None
+    # how it arrived: the fix file, the agent's exit (its workspace), its `submit` tool
+    # call, or the hand-off's timeout (the workspace as it was left)
+    submitted_via: Literal["fix", "exit", "mcp", "timeout"] | None = None
+    trajectory: str | None = Field(
+        default=None, description="file name in the run directory: the agent's tool calls"
+    )
     patch: str | None = Field(default=None, description="file name in the run directory")
     rca: str | None = Field(default=None, description="file name in the run directory")
     agent_model: str | None = None

@@ -192,7 +192,10 @@ def copy_tree(src: Path, dest: Path) -> None:
         src,
         dest,
         symlinks=True,
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info"),
+        # .git: the workspace's deploy history (runtime/workspace.py) is never a tree's content
+        ignore=shutil.ignore_patterns(
+            "__pycache__", "*.pyc", ".pytest_cache", "*.egg-info", ".git"
+        ),
     )
 
 

@@ -8,9 +8,7 @@ oracle.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import secrets
 import shlex
 import shutil
@@ -21,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sreforge import loop
 from sreforge.api.observation import AlertSample
@@ -34,7 +32,10 @@ from sreforge.api.record import (
 )
 from sreforge.api.scenario import Scenario
 from sreforge.loop import Phase, RunState
-from sreforge.runtime import ci, contention, sandbox
+from sreforge.mcp import trajectory
+from sreforge.mcp.server import ToolServer
+from sreforge.mcp.tools import Incident, IncidentTools
+from sreforge.runtime import ci, contention, handoff, sandbox
 from sreforge.runtime.driver import Driver
 from sreforge.runtime.environment import LocalEnvironment
 from sreforge.runtime.process import ProcessError
@@ -49,6 +50,7 @@ class RunOptions:
     runs_dir: Path
     fix: Path | None = None
     agent: str | None = None
+    mcp: bool = False  # wait for a submission through the MCP server (an agent run by hand)
     agent_model: str | None = None
     rca: Path | None = None
     sustain_seconds: int | None = None
@@ -60,6 +62,9 @@ class RunOptions:
     substrate_unconfined: bool = False  # run the builds, upstreams and Redis unconfined
     rearm_timeout_seconds: float | None = None  # between cases: None = the fire timeout
     progress: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr))
+    # told the MCP server's URL and the text for a client at each hand-off of an agent or
+    # --mcp case (default for --mcp: printed on stdout)
+    mcp_ready: Callable[[str, str], None] | None = None
     live: bool = True  # a live progress line on a terminal; plain lines otherwise
 
 
@@ -78,16 +83,29 @@ class CaseSpec:
     rca: Path | None = None
     agent_model: str | None = None
     trial: int = 1  # a campaign grades each submitter several times
+    mcp: bool = False  # the submission comes through the MCP server (an agent run by hand)
 
     def __post_init__(self) -> None:
-        if (self.fix is None) == (self.agent is None):
-            raise ValueError("give exactly one of a fix patch or an agent command")
+        if (self.fix is not None) + (self.agent is not None) + self.mcp != 1:
+            raise ValueError("give exactly one of a fix patch, an agent command or --mcp")
 
     @classmethod
     def of(cls, options: RunOptions) -> CaseSpec:
         """The one case of `sreforge run`."""
-        label = options.fix.name if options.fix is not None else f"agent: {options.agent}"
-        return cls(label, options.fix, options.agent, options.rca, options.agent_model)
+        if options.fix is not None:
+            label = options.fix.name
+        elif options.agent is not None:
+            label = f"agent: {options.agent}"
+        else:
+            label = "mcp"
+        return cls(
+            label,
+            options.fix,
+            options.agent,
+            options.rca,
+            options.agent_model,
+            mcp=options.mcp and options.fix is None and options.agent is None,
+        )
 
 
 @dataclass(frozen=True)
@@ -200,8 +218,13 @@ class LocalRun:
             self.case_dir.mkdir(parents=True)
         self.patch_text = ""
         self.patched_tree: Path | None = None
-        self.submission_kind = "fix" if self.case.fix is not None else "agent"
+        self.submission_kind: Literal["fix", "agent", "mcp"] = (
+            "fix" if self.case.fix is not None else "mcp" if self.case.mcp else "agent"
+        )
+        self.submitted_via: Literal["fix", "exit", "mcp", "timeout"] | None = None
         self.sandboxed: bool | None = None
+        self.desk: handoff.Desk | None = None  # an agent's or --mcp case's submission desk
+        self.tool_server: ToolServer | None = None
         # the seconds this case's steps took; the first case also shows the environment's
         self.wall: dict[str, float] = dict(self.env_wall) if index == 0 else {}
         # the load generator's counters run for the whole environment: a later case's
@@ -232,6 +255,7 @@ class LocalRun:
             self.wall["restore"] = time.time() - t0
 
     def reopen(self) -> None:
+        self._stop_tool_server()
         self._begin_case(self.case_index + 1, time.time())
         self._say(
             f"case {self._place()}: {self.case.label}; waiting for "
@@ -239,7 +263,7 @@ class LocalRun:
         )
 
     def finish(self) -> None:
-        return None
+        self._stop_tool_server()
 
     def sample(self) -> AlertSample:
         return self.env.sample()
@@ -266,64 +290,125 @@ class LocalRun:
         t0 = time.time()
         brief = self._handoff_brief()
         workspace = self.case_dir / "workspace"
-        ci.copy_tree(self.env.regressed, workspace)
         case = self.case
         if case.fix is not None:
+            ci.copy_tree(self.env.regressed, workspace)
             self.patch_text = case.fix.read_text(encoding="utf-8", errors="replace")
+            self.submitted_via = "fix"
         else:
-            assert case.agent is not None
-            argv = shlex.split(case.agent)
-            confined = not self.opts.agent_unsandboxed
-            self._say(
-                f"running the agent: {argv[0]} (timeout {self.opts.agent_timeout_seconds}s, "
-                + (
-                    "sandboxed: it sees the OS, /workspace, /handoff/brief.md"
-                    if confined
-                    else "UNSANDBOXED: it can read everything this user can"
-                )
-                + ")"
-            )
-            extra = {
-                "SREFORGE_WORKSPACE": str(workspace),
-                "SREFORGE_BRIEF": str(brief),
-                "SREFORGE_ALERT": self.scenario.target_alert,
-            }
-            if self.env.prom is not None:
-                extra["SREFORGE_PROMETHEUS_URL"] = self.env.prom.url
-            with contextlib.ExitStack() as stack:
-                if confined:
-                    box = stack.enter_context(
-                        sandbox.Sandbox(workspace, brief, self.opts.agent_shares)
-                    )
-                    argv, env = box.argv(argv), box.env(_env(), extra)
-                else:
-                    env = {**_env(), **extra}
-                logs = self.case_dir / "logs"
-                logs.mkdir(exist_ok=True)
-                log = stack.enter_context((logs / "agent.log").open("ab"))
-                try:
-                    subprocess.run(
-                        argv,
-                        cwd=workspace,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        timeout=self.opts.agent_timeout_seconds,
-                        check=False,
-                        env=env,
-                    )
-                except subprocess.TimeoutExpired:
-                    self._say("agent timed out: grading what it left in the workspace")
-            self.sandboxed = confined
+            self._prepare_workspace(workspace)
+            desk = self._serve_tools(workspace, brief)
+            if case.agent is not None:
+                self._run_agent(case.agent, workspace, brief, desk)
+            else:
+                self._await_mcp(desk)
             rca = workspace / "rca.txt"
             if rca.is_file():
                 shutil.move(rca, self.case_dir / "rca.txt")
-            self.patch_text = ci.diff_trees(self.env.regressed, workspace)
+            desk.close()
+            if desk.via_mcp and desk.patch is not None:
+                self.patch_text, self.submitted_via = desk.patch, "mcp"
+            else:
+                self.patch_text = ci.diff_trees(self.env.regressed, workspace)
         if case.rca is not None:
             shutil.copyfile(case.rca, self.case_dir / "rca.txt")
         (self.case_dir / "submission.patch").write_text(self.patch_text, encoding="utf-8")
         self.wall["agent"] = time.time() - t0
         return loop.Submitted(t=time.time())
+
+    def _prepare_workspace(self, workspace: Path) -> None:
+        """The regressed tree as a repository with its deploy history (handoff.py)."""
+        self.revisions = handoff.prepare_workspace(
+            self.env.healthy,
+            self.env.regressed,
+            workspace,
+            self.case_dir / "handoff" / "history.git",
+            service=self.scenario.service.name,
+            regression_patch=self.scenario.regression_path.read_text("utf-8"),
+        )
+
+    def _serve_tools(self, workspace: Path, brief: Path) -> handoff.Desk:
+        """Start this case's MCP tool server; returns the desk its `submit` lands on."""
+        regressed = self.env.regressed
+        desk = handoff.Desk(lambda: ci.diff_trees(regressed, workspace), self.case_dir / "rca.txt")
+        incident = Incident(
+            run_id=self.case_run_id,
+            alert=self.scenario.target_alert,
+            service=self.scenario.service.name,
+            brief=brief,
+            workspace=workspace,
+            prometheus_url=self.env.prom.url if self.env.prom is not None else "",
+            history=self.case_dir / "handoff" / "history.git",
+            desk=desk,
+            log_files=self._log_files,
+        )
+        record = trajectory.Trajectory(self.case_dir / trajectory.FILE)
+        self.tool_server = ToolServer(IncidentTools(incident), record).start()
+        handoff.write_url(self.case_dir / "handoff" / handoff.URL_FILE, self.tool_server.url)
+        self.desk = desk
+        self.handed_off_at = time.time()
+        return desk
+
+    def _stop_tool_server(self) -> None:
+        if self.tool_server is not None:
+            self.tool_server.stop()
+            self.tool_server = None
+
+    def _log_files(self) -> dict[str, list[tuple[str, Path]]]:
+        return handoff.log_files(
+            self.env.dir / "logs",
+            self.scenario,
+            getattr(self, "revisions", {}),
+            own_patched=self._label("patched"),
+        )
+
+    def _announce(self, workspace: Path) -> None:
+        assert self.tool_server is not None
+        url = self.tool_server.url
+        text = handoff.client_config_text(url, workspace, self.case_run_id)
+        if self.opts.mcp_ready is not None:
+            self.opts.mcp_ready(url, text)
+        elif self.case.mcp:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def _await_mcp(self, desk: handoff.Desk) -> None:
+        """`--mcp`: wait for a submission through the tool server (an agent run by hand)."""
+        self._announce(self.case_dir / "workspace")
+        timeout = self.opts.agent_timeout_seconds
+        self._say(f"waiting up to {timeout}s for a submission through the MCP server")
+        if desk.wait(timeout):
+            self.submitted_via = "mcp"
+        else:
+            self._say("no submission through MCP in time: grading the workspace as it is")
+            self.submitted_via = "timeout"
+
+    def _run_agent(self, command: str, workspace: Path, brief: Path, desk: handoff.Desk) -> None:
+        assert self.tool_server is not None
+        self._announce(workspace)
+        extra = {
+            "SREFORGE_WORKSPACE": str(workspace),
+            "SREFORGE_BRIEF": str(brief),
+            "SREFORGE_ALERT": self.scenario.target_alert,
+            "SREFORGE_MCP_URL": self.tool_server.url,  # loopback: the sandbox shares the network
+        }
+        if self.env.prom is not None:
+            extra["SREFORGE_PROMETHEUS_URL"] = self.env.prom.url
+        confined = not self.opts.agent_unsandboxed
+        logs = self.case_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        self.submitted_via = handoff.run_agent(
+            shlex.split(command),
+            workspace,
+            brief,
+            desk,
+            extra_env=extra,
+            log=logs / "agent.log",
+            timeout=self.opts.agent_timeout_seconds,
+            shares=self.opts.agent_shares if confined else None,
+            say=self._say,
+        )
+        self.sandboxed = confined
 
     def run_ci(self) -> loop.Event:
         self._say("CI: applying the patch to a pristine copy and running the pristine tests")
@@ -377,6 +462,7 @@ class LocalRun:
                 self.record_verdict()
             raise
         finally:
+            self._stop_tool_server()
             self.env.teardown()
 
     # ----- output ------------------------------------------------------------------
@@ -419,6 +505,8 @@ class LocalRun:
         series = self.env.series(since, time.time()) if since else None
         if series is not None:
             (self.case_dir / "metrics.json").write_text(json.dumps(series), encoding="utf-8")
+        if self.session is not None:  # a warm session's case keeps the logs it could see
+            handoff.keep_logs(self._log_files(), self.case_dir / "logs", since=self.case_began)
         generator = _since(self.env.generator_stats(), self._generator_base)
         control = self.env.control if self.case_index == 0 else None
         case, d, sess = self.case, self.case_dir, self.session
@@ -428,8 +516,10 @@ class LocalRun:
             submission=SubmissionRecord(
                 kind=self.submission_kind,
                 source=str(case.fix) if case.fix is not None else case.agent,
+                submitted_via=self.submitted_via,
                 patch="submission.patch" if (d / "submission.patch").exists() else None,
                 rca="rca.txt" if (d / "rca.txt").exists() else None,
+                trajectory=trajectory.FILE if (d / trajectory.FILE).exists() else None,
                 agent_model=case.agent_model,
                 sandboxed=self.sandboxed,
             ),
@@ -452,6 +542,9 @@ class LocalRun:
                 restarted_because=sess.restarted_because,
             ),
         )
+        if self.desk is not None:  # the agent may ask how its submission fared
+            v = self.run_record
+            self.desk.graded(v.reason.value, v.passed, v.score, v.message)
         self.records.append(self.run_record)
         self.record: dict[str, Any] = self.run_record.model_dump(mode="json", by_alias=True)
         _write_text(d / "record.json", self.run_record.to_json())
@@ -486,10 +579,6 @@ def _since(stats: dict[str, Any] | None, base: dict[str, Any] | None) -> dict[st
         out["achieved_rate_total"] = round(out["started"] / out["elapsed_seconds"], 3)
     out["since_case_began"] = True
     return out
-
-
-def _env() -> dict[str, str]:
-    return dict(os.environ)
 
 
 def _write_json(path: Path, data: Any) -> None:

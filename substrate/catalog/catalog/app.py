@@ -117,10 +117,9 @@ def create_app(db_path: str, *, redis_url: str | None = None) -> web.Application
 
 def main() -> int:
     """Run the service from environment: HOST, PORT, DATA_DIR, REDIS_URL."""
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from . import logs  # here, not at the top: the service's logging is main()'s concern
+
+    log_handler = logs.configure(os.environ.get("LOG_LEVEL", "INFO"))
     try:
         port = int(os.environ["PORT"])
     except (KeyError, ValueError):
@@ -135,6 +134,7 @@ def main() -> int:
         )
         return 2
     app = create_app(str(db_path), redis_url=os.environ.get("REDIS_URL") or None)
+    logs.serve_logs(app, log_handler)  # an access line per request, flushed once a second
     from .stock import add_stock_routes  # here, not at the top: stock imports this module
 
     add_stock_routes(app, str(db_path))

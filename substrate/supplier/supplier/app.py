@@ -185,10 +185,9 @@ def create_app(capacity: Capacity | None = None) -> web.Application:
 
 def main() -> int:
     """Run from environment: HOST, PORT (DATA_DIR is accepted and unused), SUPPLIER_*."""
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from . import logs  # here, not at the top: the service's logging is main()'s concern
+
+    log_handler = logs.configure(os.environ.get("LOG_LEVEL", "INFO"))
     try:
         port = int(os.environ["PORT"])
         capacity = Capacity.from_env()
@@ -197,5 +196,7 @@ def main() -> int:
         return 2
     host = os.environ.get("HOST", "127.0.0.1")
     log.info("serving quotes on http://%s:%d with %s", host, port, capacity)
-    web.run_app(create_app(capacity), host=host, port=port, access_log=None, print=None)
+    app = create_app(capacity)
+    logs.serve_logs(app, log_handler)  # an access line per request, flushed once a second
+    web.run_app(app, host=host, port=port, access_log=None, print=None)
     return 0

@@ -1,0 +1,129 @@
+"""The agent's workspace: the regressed tree as a git repository with a deploy history.
+
+A real on-call engineer opens the service's repository and finds the release that is
+running now on top of the one that ran before. The hand-off gives the agent the same: the
+healthy tree committed as the previous release, then the regression as the latest
+commit, with the message the scenario's `regression.patch` carries in its header (what
+its author would have written, not the root cause). `git log` and `git show` of this
+repository are the MCP server's deploy history.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sreforge.runtime import ci
+
+# Who committed what: two teammates, the previous release a few days before the latest.
+BASELINE_AUTHOR = ("Priya Raman", "priya.raman@shop.example")
+RELEASE_AUTHOR = ("Jonas Weber", "jonas.weber@shop.example")
+BASELINE_MESSAGE = "release: {service} as deployed last week\n"
+FALLBACK_MESSAGE = "{service}: update\n"
+
+
+def commit_message(patch: str, service: str) -> str:
+    """The commit message in a patch's leading `#` header (an `expect:` line dropped)."""
+    lines: list[str] = []
+    for line in patch.splitlines():
+        if not line.startswith("#"):
+            break
+        text = line[1:].removeprefix(" ")
+        if text.startswith("expect:"):
+            continue
+        lines.append(text)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(lines) + "\n" if lines else FALLBACK_MESSAGE.format(service=service)
+
+
+def _git(tree: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        ["git", "-c", "init.defaultBranch=main", *args],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**_clean_env(), **(env or {})},
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} in {tree}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _clean_env() -> dict[str, str]:
+    """No inherited git identity or config: the history is the scenario's, not this host's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_CONFIG_GLOBAL"] = os.devnull
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    return env
+
+
+def _commit(tree: Path, message: str, author: tuple[str, str], when: datetime) -> None:
+    name, email = author
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%S+0000")
+    _git(tree, "add", "-A")
+    _git(
+        tree,
+        "commit",
+        "-q",
+        "--no-verify",
+        "-m",
+        message,
+        env={
+            "GIT_AUTHOR_NAME": name,
+            "GIT_AUTHOR_EMAIL": email,
+            "GIT_AUTHOR_DATE": stamp,
+            "GIT_COMMITTER_NAME": name,
+            "GIT_COMMITTER_EMAIL": email,
+            "GIT_COMMITTER_DATE": stamp,
+        },
+    )
+
+
+def prepare(
+    healthy: Path,
+    regressed: Path,
+    workspace: Path,
+    *,
+    service: str,
+    regression_patch: str,
+    now: datetime | None = None,
+) -> dict[str, str]:
+    """Make `workspace` the regressed tree as a repository: the previous release, then the
+    regression. Returns the short commit ids: {"baseline": ..., "release": ...}."""
+    now = now or datetime.now(tz=UTC)
+    ci.copy_tree(healthy, workspace)
+    _git(workspace, "init", "-q")
+    _commit(
+        workspace,
+        BASELINE_MESSAGE.format(service=service),
+        BASELINE_AUTHOR,
+        now - timedelta(days=6, hours=3),
+    )
+    baseline = _git(workspace, "rev-parse", "--short", "HEAD").strip()
+    for entry in workspace.iterdir():  # the tree becomes the regressed one; .git stays
+        if entry.name == ".git":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    for entry in regressed.iterdir():
+        target = workspace / entry.name
+        if entry.is_dir() and not entry.is_symlink():
+            ci.copy_tree(entry, target)
+        else:
+            shutil.copy2(entry, target, follow_symlinks=False)
+    _commit(
+        workspace,
+        commit_message(regression_patch, service),
+        RELEASE_AUTHOR,
+        now - timedelta(minutes=47),
+    )
+    release = _git(workspace, "rev-parse", "--short", "HEAD").strip()
+    return {"baseline": baseline, "release": release}
