@@ -58,6 +58,8 @@ rule_files:
   # prometheus.rules (verbatim) and each scenario's, one file each
   - rules/*.yml
   - rules/scenarios/*.yml
+  # the k6 runner's recording rules: its remote-write series as the generator's
+  - rules/runners/*.yml
 scrape_configs:
   - job_name: kubernetes-pods
     kubernetes_sd_configs:

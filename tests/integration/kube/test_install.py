@@ -28,6 +28,7 @@ from sreforge.api.resources import (
     IncidentStatus,
     VerdictSummary,
 )
+from sreforge.load import k6series
 from sreforge.runtime.kube.config import OperatorConfig
 from sreforge.runtime.kube.render import render_ci_job, render_load
 from sreforge.runtime.process import Managed, free_port
@@ -626,6 +627,8 @@ def test_agent_role_grants_submissions_and_nothing_else(
 # ---------------------------------------------------------------- bundled Prometheus
 PROM_NS = "sreforge-helm-prom"
 SCENARIOS = sorted(p.parent.name for p in (REPO_ROOT / "scenarios").glob("*/rules.yml"))
+# the k6 runner's recording rules, as the Prometheus pod mounts them
+K6_RULES = "rules/runners/k6.yml"
 
 
 def _prometheus_docs(helm: Any, *args: str) -> list[dict[str, Any]]:
@@ -705,10 +708,13 @@ def test_bundled_prometheus_loads_every_bundled_scenarios_rules_by_default(helm:
     docs = _prometheus_docs(helm)
     config = yaml.safe_load(_one(docs, "ConfigMap")["data"]["prometheus.yml"])
     # relative to the mounted config file: the verbatim file, then one per scenario
-    assert config["rule_files"] == ["rules/*.yml", "rules/scenarios/*.yml"]
+    assert config["rule_files"] == ["rules/*.yml", "rules/scenarios/*.yml", "rules/runners/*.yml"]
     assert _rule_files(docs) == {
-        f"rules/scenarios/{s}.yml": (REPO_ROOT / "scenarios" / s / "rules.yml").read_text()
-        for s in SCENARIOS
+        **{
+            f"rules/scenarios/{s}.yml": (REPO_ROOT / "scenarios" / s / "rules.yml").read_text()
+            for s in SCENARIOS
+        },
+        K6_RULES: k6series.rules_yaml(),  # the k6 runner's recording rules, always
     }
 
 
@@ -716,7 +722,10 @@ def test_bundled_prometheus_loads_every_bundled_scenarios_rules_by_default(helm:
 def test_bundled_prometheus_loads_the_scenarios_listed(helm: Any, scenario: str) -> None:
     docs = _prometheus_docs(helm, "--set", f"prometheus.scenarios={{{scenario}}}")
     rules_file = REPO_ROOT / "scenarios" / scenario / "rules.yml"
-    assert _rule_files(docs) == {f"rules/scenarios/{scenario}.yml": rules_file.read_text()}
+    assert _rule_files(docs) == {
+        f"rules/scenarios/{scenario}.yml": rules_file.read_text(),
+        K6_RULES: k6series.rules_yaml(),
+    }
     # a changed rule set rolls the pod
     other = next(s for s in SCENARIOS if s != scenario)
     again = _prometheus_docs(helm, "--set", f"prometheus.scenarios={{{scenario},{other}}}")
@@ -798,7 +807,7 @@ def test_bundled_prometheus_config_and_rules_pass_promtool(helm: Any, tmp_path: 
     docs = _prometheus_docs(helm, "--set-file", f"prometheus.rules={custom}")
     config = yaml.safe_load(_one(docs, "ConfigMap")["data"]["prometheus.yml"])
     rule_files = _rule_files(docs)
-    assert len(rule_files) == len(SCENARIOS) + 1
+    assert len(rule_files) == len(SCENARIOS) + 2  # and the verbatim file, the k6 rules
     etc = tmp_path / "etc"
     config_file = _write_prometheus_dir(etc, config, rule_files)
     checks = {
@@ -831,11 +840,27 @@ def test_bundled_prometheus_refuses_rules_it_does_not_have(helm: Any, tmp_path: 
     beside = _prometheus_docs(helm, "--set-file", f"prometheus.rules={custom}")
     files = _rule_files(beside)
     assert files.pop("rules/rules.yml") == "groups: []\n"
+    assert files.pop(K6_RULES) == k6series.rules_yaml()
     assert sorted(files) == [f"rules/scenarios/{s}.yml" for s in SCENARIOS]
     alone = _prometheus_docs(
         helm, "--set", "prometheus.scenarios=null", "--set-file", f"prometheus.rules={custom}"
     )
-    assert _rule_files(alone) == {"rules/rules.yml": "groups: []\n"}
+    assert _rule_files(alone) == {
+        "rules/rules.yml": "groups: []\n",
+        K6_RULES: k6series.rules_yaml(),
+    }
+
+
+def test_bundled_prometheus_receives_k6_remote_writes_unless_told_not_to(helm: Any) -> None:
+    """loadRunner k6 writes to the Incident's Prometheus: the chart's accepts remote writes
+    by default, and not with prometheus.remoteWriteReceiver=false."""
+    flag = "--web.enable-remote-write-receiver"
+    (on,) = _one(_prometheus_docs(helm), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert flag in on["args"]
+    off_docs = _prometheus_docs(helm, "--set", "prometheus.remoteWriteReceiver=false")
+    (off,) = _one(off_docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert flag not in off["args"]
+    assert [a for a in on["args"] if a != flag] == off["args"]
 
 
 SD_NS = "sreforge-prom-sd"

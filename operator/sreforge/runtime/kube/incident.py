@@ -317,7 +317,14 @@ class IncidentRun:
             self.target_ns, self.target, self.scenario.service.deploy_timeout_seconds, self._stop
         )
         profile = effective_load(self.scenario, self.spec)
-        for obj in render_load(self.incident, profile, url, self.spec.load_runner, self.cfg):
+        for obj in render_load(
+            self.incident,
+            profile,
+            url,
+            self.spec.load_runner,
+            self.cfg,
+            prometheus_url=self.prometheus_url,
+        ):
             self.kube.create(obj)
         timeout = self.scenario.service.deploy_timeout_seconds
         if not self.kube.wait_started(self.ns, load_job_name(self.name), timeout, self._stop):
