@@ -159,7 +159,11 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _str)
 
 
+def dump_rules(doc: dict[str, Any], header: str) -> str:
+    """A rules document as YAML (multi-line expressions as blocks) after `header`."""
+    return header + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100)
+
+
 def rules_yaml() -> str:
     """recording_rules() as the chart's rules file (CHART_RULES)."""
-    body = yaml.dump(recording_rules(), Dumper=_Dumper, sort_keys=False, width=100)
-    return _HEADER + body
+    return dump_rules(recording_rules(), _HEADER)
