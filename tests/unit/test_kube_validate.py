@@ -27,6 +27,21 @@ def test_the_healthy_target_is_the_services_healthy_image_behind_a_service() -> 
     assert svc["spec"]["selector"] == {"app": POOL.service.name}
 
 
+def test_a_service_with_upstreams_comes_with_the_users_own() -> None:
+    storm = load_scenario(REPO / "scenarios" / "configuration-retry-storm")
+    objs = validate.healthy_target(storm, "ns1", OperatorConfig())
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    assert kinds == [
+        ("Deployment", "supplier"),
+        ("Service", "supplier"),
+        ("Deployment", "pricing"),
+        ("Service", "pricing"),
+    ]
+    [box] = objs[2]["spec"]["template"]["spec"]["containers"]
+    # pricing refuses to start without its supplier's URL
+    assert box["env"] == [{"name": "SUPPLIER_URL", "value": "http://supplier.ns1.svc:8080"}]
+
+
 def test_the_cases_are_the_empty_patch_then_the_first_fix() -> None:
     empty, fix = validate.kube_cases(POOL)
     assert (empty.label, empty.expected) == ("empty", "fail")

@@ -147,7 +147,8 @@ def _redis_box(cfg: OperatorConfig) -> dict[str, Any]:
     }
 
 
-def _upstream_box(up: UpstreamSpec, cfg: OperatorConfig) -> dict[str, Any]:
+def upstream_container(up: UpstreamSpec, cfg: OperatorConfig) -> dict[str, Any]:
+    """An upstream's container: its healthy image, its command, its scenario's env."""
     env = {"HOST": "0.0.0.0", "PORT": str(UPSTREAM_PORT), "DATA_DIR": "/tmp", **up.env}
     return {
         "name": up.name,
@@ -180,7 +181,7 @@ def render_dependencies(
             "prometheus.io/port": str(UPSTREAM_PORT),
             "prometheus.io/path": "/metrics",
         }
-        out.append(_deployment(dep, incident, _upstream_box(ups[dep.kind], cfg), scrape))
+        out.append(_deployment(dep, incident, upstream_container(ups[dep.kind], cfg), scrape))
         out.append(_service(dep, incident, UPSTREAM_PORT))
     return out
 

@@ -18,9 +18,10 @@ from typing import Any
 
 from sreforge import catalogue
 from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
-from sreforge.api.scenario import Scenario
+from sreforge.api.scenario import Scenario, UpstreamSpec
 from sreforge.runtime.kube.client import Kube
 from sreforge.runtime.kube.config import OperatorConfig
+from sreforge.runtime.kube.dependencies import UPSTREAM_PORT, upstream_container
 from sreforge.runtime.kube.render import container_security, pod_security
 
 SERVICE_PORT = 8080
@@ -34,6 +35,12 @@ def healthy_target(scenario: Scenario, ns: str, cfg: OperatorConfig) -> list[dic
     readiness on its health path, hardened, an emptyDir /tmp) and a Service of its name."""
     svc = scenario.service
     labels = {"app": svc.name}
+    # the user's own upstreams (the Incident points the service at its own while it runs)
+    upstreams = [obj for up in svc.upstreams for obj in _user_upstream(up, ns, cfg)]
+    env = [
+        {"name": up.url_env, "value": f"http://{up.name}.{ns}.svc:{UPSTREAM_PORT}"}
+        for up in svc.upstreams
+    ]
     box = {
         "name": svc.name,
         "image": cfg.image(svc.name, "healthy"),
@@ -45,6 +52,7 @@ def healthy_target(scenario: Scenario, ns: str, cfg: OperatorConfig) -> list[dic
         },
         "securityContext": container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        **({"env": env} if env else {}),
     }
     deployment = {
         "apiVersion": "apps/v1",
@@ -79,7 +87,44 @@ def healthy_target(scenario: Scenario, ns: str, cfg: OperatorConfig) -> list[dic
             "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http"}],
         },
     }
-    return [deployment, service]
+    return [*upstreams, deployment, service]
+
+
+def _user_upstream(up: UpstreamSpec, ns: str, cfg: OperatorConfig) -> list[dict[str, Any]]:
+    labels = {"app": up.name}
+    box = {
+        **upstream_container(up, cfg),
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": up.name, "namespace": ns, "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "securityContext": pod_security(),
+                        "containers": [box],
+                        "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": up.name, "namespace": ns},
+            "spec": {
+                "selector": labels,
+                "ports": [{"name": "http", "port": UPSTREAM_PORT, "targetPort": UPSTREAM_PORT}],
+            },
+        },
+    ]
 
 
 def incident_body(
@@ -188,9 +233,12 @@ def validate_scenario(
     the first fix, and return their rows (catalogue.row) once the operator graded them."""
     cluster = Cluster(kube)
     cluster.create_namespace(ns)
-    for obj in healthy_target(scenario, ns, cfg):
+    objs = healthy_target(scenario, ns, cfg)
+    for obj in objs:
         kube.create(obj)
-    kube.wait_rollout(ns, scenario.service.name, 180, threading.Event())
+    for obj in objs:
+        if obj["kind"] == "Deployment":
+            kube.wait_rollout(ns, obj["metadata"]["name"], 180, threading.Event())
     t0 = time.monotonic()
     cluster.create_incident(incident_body(scenario, ns, prometheus_url, sustain_seconds))
     say(f"{scenario.name}: Incident created in {ns}")
