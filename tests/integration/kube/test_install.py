@@ -1070,6 +1070,12 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
                 for g in rules["groups"]
                 for r in g["rules"]
             ]
+        # and the k6 runner's recording rules (the memory rule goes with prometheus.cadvisor)
+        expected += [
+            (K6_RULES, g["name"], r["record"])
+            for g in k6series.recording_rules()["groups"]
+            for r in g["rules"]
+        ]
         assert sorted(loaded) == sorted(expected)
         assert len({(g["file"], g["name"]) for g in groups}) == len(groups)
         assert len({g["name"] for g in groups}) < len(groups)  # names do repeat
