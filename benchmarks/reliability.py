@@ -46,6 +46,7 @@ SELECTIONS = [
     ("tests/unit/test_ci_gate.py", False),
     ("tests/integration/test_faults.py", True),
     ("tests/integration/test_confinement_exploits.py", True),  # five graded exploit decoys
+    ("tests/integration/test_soak.py", True),  # two decoys that give way in the soak
     # the operator against a real control plane (kwok, and the pod stand-in for real pods)
     ("tests/integration/kube/test_operator.py", True),
     ("tests/integration/kube/test_operator_graded.py", True),

@@ -21,6 +21,11 @@ class Run:
     output: str
 
 
+# Graded runs in tests have no soak unless they test it (tests/integration/test_soak.py):
+# the soak's mechanism is the same at any length, and its default costs minutes per case.
+NO_SOAK = "0:0"
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -46,6 +51,7 @@ def sreforge_run(
             "run",
             str(scenario),
             *args,
+            *([] if "--soak-seconds" in args else ["--soak-seconds", NO_SOAK]),
             "--runs-dir",
             str(runs_dir),
         ],

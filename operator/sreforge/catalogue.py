@@ -96,8 +96,12 @@ def judged(case: Case, record: dict[str, Any]) -> tuple[str, str | None]:
     got = "pass" if record.get("passed") else "fail"
     reason = str(record.get("reason"))
     control = record.get("control") or {}
-    if case.control and control.get("targetFired") is not False:
-        return got, f"control window: target fired on the healthy build ({control})"
+    if case.control and (
+        control.get("targetFired") is not False
+        or control.get("pagesFired")
+        or control.get("restarts")
+    ):
+        return got, f"control window: the healthy build was not quiet ({control})"
     if got != case.expected:
         return got, f"expected {case.expected}, got {got} ({reason}: {record.get('message')})"
     allowed = case.expected_reasons()
@@ -125,6 +129,8 @@ def row(case: Case, record: dict[str, Any], seconds: float) -> dict[str, Any]:
         "fireSeconds": fire,
         "redeployed": stamps.get("redeployed") is not None,
         "controlFired": control.get("targetFired") if case.control else None,
+        # the soak drawn for the case (published with its verdict; none if not rolled out)
+        "soakSeconds": (record.get("soak") or {}).get("seconds"),
         "seconds": round(seconds, 1),
         "mismatch": mismatch,
     }
@@ -149,6 +155,7 @@ def error_row(case: Case, message: str, seconds: float) -> dict[str, Any]:
         "fireSeconds": None,
         "redeployed": False,
         "controlFired": None,
+        "soakSeconds": None,
         "seconds": round(seconds, 1),
         "mismatch": message,
     }
@@ -173,6 +180,7 @@ COLUMNS = (
     ("failing", "failing signals"),
     ("fireSeconds", "fired after (s)"),
     ("controlFired", "control fired"),
+    ("soakSeconds", "soak (s)"),
     ("seconds", "run (s)"),
 )
 
@@ -188,7 +196,11 @@ restored in turn, the next one handed off only after the alert fired again on th
 regressed build. *fired after* is the time from the regressed build's swap (the injection,
 or the restore before a later case) to the target alert firing; *control fired* is whether
 the target alert fired on the healthy build under the same load during the control window
-(it must not); *run (s)* is the case's own time (the first case's includes the setup);
+(it must not; the control window lasts as long as a fix is held, the window plus the
+soak's upper bound, and no page may fire and the healthy build may not restart either);
+*soak (s)* is the length of the hidden soak after the window drawn for the case (published
+with its verdict; a decoy that fails earlier is not held to all of it); *run (s)* is the
+case's own time (the first case's includes the setup);
 *failing signals* are those that earned less than full credit (time_to_clear is partial on
 every clear that is not instant, so a passing fix lists it too).
 Each scenario's section is rewritten by `sreforge scenarios validate NAME --markdown

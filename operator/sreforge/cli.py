@@ -130,7 +130,32 @@ def _validate_command(args: argparse.Namespace, name: str) -> str:
     command = f"sreforge scenarios validate {name}" + (" --fast" if args.fast else "")
     if args.sustain_seconds:
         command += f" --sustain-seconds {args.sustain_seconds}"
-    return command + f" --control-seconds {args.control_seconds}"
+    if args.soak_seconds is not None:
+        command += " --soak-seconds {:g}:{:g}".format(*args.soak_seconds)
+    if args.control_seconds is not None:
+        command += f" --control-seconds {args.control_seconds}"
+    return command
+
+
+def _control_seconds(args: argparse.Namespace, scenario: Scenario) -> int:
+    """The control window of a validation: as given, else as long as a fix is held."""
+    if args.control_seconds is not None:
+        return int(args.control_seconds)
+    sustain = args.sustain_seconds or scenario.verify.sustain_seconds
+    soak = args.soak_seconds or scenario.verify.soak_seconds
+    return int(sustain + soak[1])
+
+
+def soak_range(text: str) -> tuple[float, float]:
+    """`--soak-seconds LOW:HIGH` (or one number: a soak of exactly that length)."""
+    low, _, high = text.partition(":")
+    try:
+        pair = (float(low), float(high or low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not LOW:HIGH seconds: {text!r}") from None
+    if not 0 <= pair[0] <= pair[1] <= 3600:
+        raise argparse.ArgumentTypeError(f"want 0 <= LOW <= HIGH <= 3600 seconds, got {text!r}")
+    return pair
 
 
 def _quiet_or_verbose(args: argparse.Namespace) -> Callable[[str], None]:
@@ -167,7 +192,8 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
         opts = RunOptions(
             runs_dir=args.runs_dir,
             sustain_seconds=args.sustain_seconds,
-            control_seconds=args.control_seconds if todo[0].control else 0,
+            soak_seconds=args.soak_seconds,
+            control_seconds=_control_seconds(args, scenario) if todo[0].control else 0,
             live=False,
             progress=_quiet_or_verbose(args),
         )
@@ -397,6 +423,12 @@ def _add_grading_arguments(p: argparse.ArgumentParser) -> None:
         "--sustain-seconds", type=int, metavar="N", help="override the scenario's sustained window"
     )
     p.add_argument(
+        "--soak-seconds",
+        type=soak_range,
+        metavar="LOW:HIGH",
+        help="override the range the hidden soak after the window is drawn from (0:0: none)",
+    )
+    p.add_argument(
         "--control-seconds",
         type=int,
         default=0,
@@ -413,6 +445,7 @@ def _options(args: argparse.Namespace, **more: Any) -> RunOptions:
         agent_model=args.agent_model,
         rca=args.rca,
         sustain_seconds=args.sustain_seconds,
+        soak_seconds=args.soak_seconds,
         control_seconds=args.control_seconds,
         agent_timeout_seconds=args.agent_timeout,
         agent_shares=args.agent_share,
@@ -446,12 +479,15 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--root", type=Path, default=repo_root() / "scenarios")
     val.add_argument("--runs-dir", type=Path, default=Path("runs"))
     val.add_argument("--sustain-seconds", type=int, metavar="N")
+    val.add_argument("--soak-seconds", type=soak_range, metavar="LOW:HIGH")
     val.add_argument(
         "--control-seconds",
         type=int,
-        default=20,
+        default=None,
         metavar="N",
-        help="healthy-build control window before the first case of a scenario",
+        help="healthy-build control window before the first case of a scenario (default: "
+        "the sustained window plus the soak's upper bound: the healthy build must hold "
+        "through what a fix is held to)",
     )
     val.add_argument("--markdown", type=Path, help="write the table to this file")
     val.add_argument(

@@ -9,6 +9,7 @@ by `runtime.kube.intake.admit_submission` (refusals, the in-process patch vettin
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
@@ -57,6 +58,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # injected 6 of 20). Size the pool for the Incidents one operator may run at once.
     max_incidents = int(os.environ.get("SREFORGE_MAX_INCIDENTS", "64"))
     settings.execution.max_workers = max_incidents + 8  # + Submission and other sync handlers
+    if not OperatorConfig.from_env().soak_secret_from_env:
+        logging.getLogger("sreforge").warning(
+            "SREFORGE_SOAK_SECRET is not set: soak lengths are drawn from a secret of this "
+            "process, and an Incident resumed by a restarted operator draws its soak anew"
+        )
     global _serving_metrics  # noqa: PLW0603 (one metrics server per process)
     port = os.environ.get("SREFORGE_METRICS_PORT")
     if port and not _serving_metrics:

@@ -17,6 +17,7 @@ from sreforge.api.observation import AlertSample, CIResult, CIStatus
 from sreforge.api.scenario import VerifySpec
 from sreforge.api.verdict import Reason, Verdict
 from sreforge.errors import SreforgeError
+from sreforge.oracle import soak
 
 
 class Phase(StrEnum):
@@ -170,6 +171,11 @@ class RunState(BaseModel):
     # Samples kept while waiting for a Submission (None: all; the operator persists the
     # state in CR status, which must stay small however long the agent takes).
     waiting_samples_kept: int | None = None
+    # The key each case's soak length is drawn from (oracle.soak). A secret of the harness:
+    # it never leaves the runtime (the operator keeps it out of CR status and derives it
+    # again on resume); a case's seed and length are published only with its verdict.
+    # None: a key anyone could recompute from the run id (tests and replays only).
+    soak_key: str | None = None
     phase: Phase = Phase.PENDING
     started_at: float | None = None
     injected_at: float | None = None
@@ -192,7 +198,14 @@ class RunState(BaseModel):
             redeployed_at=self.redeployed_at,
             active_before_redeploy=self.active_before_redeploy,
             samples=[s for s in self.samples if self.redeployed_at and s.t >= self.redeployed_at],
+            soak_seconds=self.soak()[1],
         )
+
+    def soak(self) -> tuple[str, float]:
+        """(seed, seconds) of the soak of the case being graded (the last one handed in)."""
+        key = self.soak_key or soak.derive_key("public", self.run_id)
+        seed = soak.case_seed(key, max(self.graded, 1))
+        return seed, soak.draw(seed, *self.verify.soak_seconds)
 
     def last_active(self) -> frozenset[str]:
         """Alerts pending or firing at the last known sample."""

@@ -380,7 +380,33 @@ def _load_rows(record: RunRecord) -> list[tuple[str, Any]]:
     outcomes = gen.get("outcomes")
     if isinstance(outcomes, dict):
         rows.append(("generator: outcomes", ", ".join(f"{k}={v}" for k, v in outcomes.items())))
+    routes = gen.get("routes")
+    if isinstance(routes, dict):  # the traffic mix, route by route
+        for route, counts in sorted(routes.items()):
+            if isinstance(counts, dict):
+                shown = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+                rows.append((f"route {route}", shown))
+    rows += [
+        ("prober: min share of good answers (verify)", load.verify_probe_success_min),
+        ("prober: mean share of good answers (verify)", load.verify_probe_success_mean),
+    ]
     return rows
+
+
+def _held_rows(record: RunRecord) -> list[tuple[str, Any]]:
+    """What the fix was held to after the clear: the window, the drawn soak, restarts."""
+    soak = record.soak
+    return [
+        ("sustained window (s)", record.verify.sustain_seconds),
+        (
+            "soak (s)",
+            None
+            if soak is None
+            else f"{soak.seconds:g}, drawn from [{soak.range_seconds[0]:g}, "
+            f"{soak.range_seconds[1]:g}] (seed {soak.seed[:12]}…)",
+        ),
+        ("restarts of the patched service", record.restarts),
+    ]
 
 
 def render_html(record: RunRecord, png: bytes | None) -> str:
@@ -414,6 +440,8 @@ def render_html(record: RunRecord, png: bytes | None) -> str:
         ),
         "<h2>Verdict</h2>",
         _signals_table(record),
+        "<h2>Held to</h2>",
+        _kv_table(_held_rows(record)),
         "<h2>Timeline</h2>",
         image,
         "<h2>Timestamps</h2>",

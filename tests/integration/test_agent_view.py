@@ -63,6 +63,8 @@ def assert_nothing_internal(seen: dict[str, object]) -> None:
     for text in texts:
         assert isinstance(text, str)
         assert "harness-internal" not in text
+        # the soak's range and length are the harness's: never in the hand-off
+        assert "soak" not in text.lower()
     env = seen["env"]
     assert isinstance(env, dict)
     assert not any(str(SCENARIOS) in str(v) for v in env.values()), env

@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 from tests.integration.test_agent_view import assert_nothing_internal
 from tests.reliability_cases import Case, case
-from tests.runs import agent_args, inventory_from_log
+from tests.runs import NO_SOAK, agent_args, inventory_from_log
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "latency-cache-stampede"
@@ -139,6 +139,8 @@ class Run:
                 *submission,
                 "--sustain-seconds",
                 "30",
+                "--soak-seconds",
+                NO_SOAK,
                 "--runs-dir",
                 str(runs_dir),
             ],

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.runs import ROOT, cli_env
+from tests.runs import NO_SOAK, ROOT, cli_env
 
 from sreforge.api.scenario import Scenario
 from sreforge.scenarios import discover, fixes
@@ -56,7 +56,8 @@ def test_two_scenarios_at_once_both_pass_with_their_own_ports(tmp_path: Path) ->
         log = (tmp_path / f"{s.name}.out").open("w")  # a file, not a pipe: nothing blocks
         argv = [
             sys.executable, "-m", "sreforge.cli", "run", str(s.directory),
-            "--fix", str(fixes(s)[0]), "--sustain-seconds", "20", "--runs-dir", str(runs),
+            "--fix", str(fixes(s)[0]), "--sustain-seconds", "20",
+            "--soak-seconds", NO_SOAK, "--runs-dir", str(runs),
         ]  # fmt: skip
         procs.append(
             (

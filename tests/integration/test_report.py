@@ -202,3 +202,22 @@ def test_report_renders_in_chromium(
     )
     assert _fraction(pixels, ours) > 0.02  # the verdict banner is there, in its colour
     assert _fraction(pixels, other) < 0.005
+
+
+def test_the_report_shows_what_the_fix_was_held_to(runs: dict[str, Path], tmp_path: Path) -> None:
+    """The drawn soak (published with the verdict), restarts, the prober's view and the
+    traffic mix route by route: a record that has them shows them."""
+    run = tmp_path / "held"
+    shutil.copytree(runs["pass"], run)
+    data = _record(run)
+    data["soak"] = {"rangeSeconds": [240, 420], "seconds": 287.4, "seed": "ab" * 32}
+    data["restarts"] = 0
+    data["load"]["verifyProbeSuccessMin"] = 0.97
+    data["load"]["generator"]["routes"] = {"/products/{id}": {"success": 900, "invalid": 3}}
+    (run / "record.json").write_text(json.dumps(data), encoding="utf-8")
+    _, html = report.write_report(run)
+    text = re.sub(r"<[^>]+>", " ", html.read_text(encoding="utf-8"))
+    assert "287.4, drawn from [240, 420] (seed abababababab…)" in text
+    assert re.search(r"restarts of the patched service\s+0", text)
+    assert re.search(r"route /products/\{id\}\s+invalid=3, success=900", text)
+    assert re.search(r"prober: min share of good answers \(verify\)\s+0\.97", text)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.runs import AGENTS, ROOT, cli_env
+from tests.runs import AGENTS, NO_SOAK, ROOT, cli_env
 
 from sreforge import catalogue
 from sreforge.scenarios import discover
@@ -107,6 +107,8 @@ def _session(request: pytest.FixtureRequest, scenario: Path) -> dict[str, dict[s
             *args,
             "--sustain-seconds",
             SUSTAIN,
+            "--soak-seconds",
+            NO_SOAK,
             "--control-seconds",
             CONTROL,
             "--runs-dir",

@@ -64,6 +64,17 @@ def record(passed: bool, reason: str, control: bool | None = None) -> dict[str, 
         ("fix", record(False, "NotCleared", control=False), "expected pass"),
         ("fix", record(True, "Passed", control=True), "control window"),
         ("fix", record(True, "Passed"), "control window"),  # a control that never ran
+        # the healthy build must hold as long as a fix is held: no page, no restart
+        (
+            "fix",
+            {**record(True, "Passed"), "control": {"targetFired": False, "pagesFired": ["P"]}},
+            "not quiet",
+        ),
+        (
+            "fix",
+            {**record(True, "Passed"), "control": {"targetFired": False, "restarts": 1}},
+            "not quiet",
+        ),
         ("short-ttl", record(False, "Refired"), None),
         ("short-ttl", record(False, "CIRed"), "reason CIRed"),
         ("short-ttl", record(False, "Inconclusive"), "failed only as Inconclusive"),

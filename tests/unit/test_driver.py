@@ -121,6 +121,7 @@ def new_state(**kw: object) -> RunState:
         sustain_seconds=1,
         clear_budget_seconds=3,
         sample_interval_seconds=0.05,
+        soak_seconds=(0, 0),
     )
     return RunState(run_id="r", target_alert=TARGET, verify=verify, **kw)  # type: ignore[arg-type]
 

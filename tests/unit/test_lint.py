@@ -295,3 +295,14 @@ def test_import_check_resolves_relative_imports() -> None:
     tree = ast.parse("from .local import SAMPLED_PHASES\n")
     names = {n for _, n in imported_modules(tree, "sreforge.runtime", package=True)}
     assert "sreforge.runtime.local" in names
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """tests/ has no packages (no __init__.py): pytest imports each test module by its
+    basename, and two files of one name stop the whole collection ("import file
+    mismatch"), which CI only sees on a fresh clone."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not clashes, clashes

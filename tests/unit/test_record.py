@@ -33,14 +33,21 @@ from sreforge.loop import RunState
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "tests" / "fixtures" / "runs" / "restore-simplecache"
 SCHEMA_FILE = ROOT / "schemas" / "run-record.v1.json"
-NEW_KEYS = {"schemaName": "sreforge.record", "schemaVersion": 1, "session": None}
+NEW_KEYS = {
+    "schemaName": "sreforge.record",
+    "schemaVersion": 1,
+    "session": None,
+    "soak": None,
+    "restarts": None,
+}
 # The compound oracle's configuration, added to the recorded verify settings (v1: the
-# mitigation alone): how the run was graded.
-NEW_VERIFY_KEYS = {"oracles": {"mitigate": 1.0, "diagnose": 0.0}}
+# mitigation alone): how the run was graded. A record from before the soak had none.
+NEW_VERIFY_KEYS = {"oracles": {"mitigate": 1.0, "diagnose": 0.0}, "soak_seconds": [0.0, 0.0]}
 
 
-# Each sample's page-severity alerts and the independent prober's view (None: no prober).
-NEW_SAMPLE_KEYS = {"pages": [], "probe": None}
+# Each sample's page-severity alerts, the independent prober's view (None: no prober) and
+# the patched service's restarts (None: not observed).
+NEW_SAMPLE_KEYS = {"pages": [], "probe": None, "restarts": None}
 
 
 def _with_additions(old: dict[str, Any]) -> dict[str, Any]:
@@ -58,6 +65,7 @@ def _with_sample_keys(sample: dict[str, Any]) -> dict[str, Any]:
             out["pages"] = NEW_SAMPLE_KEYS["pages"]
         if key == "load":
             out["probe"] = NEW_SAMPLE_KEYS["probe"]
+            out["restarts"] = NEW_SAMPLE_KEYS["restarts"]
     return out
 
 
@@ -166,7 +174,14 @@ def test_build_from_the_loop_state_is_the_record_the_old_code_wrote() -> None:
     for key in DERIVED_WALL:
         assert built["wallTimeSeconds"][key] == pytest.approx(old["wallTimeSeconds"][key], abs=2e-3)
         built["wallTimeSeconds"][key] = old["wallTimeSeconds"][key]
-    assert _sets_sorted(built) == _sets_sorted(_with_additions(old))
+    # the state was persisted before the soak existed: it reads with the default range,
+    # and the record publishes the case's draw with the verdict
+    state = _state()
+    seed, seconds = state.soak()
+    expected = _with_additions(old)
+    expected["verify"]["soak_seconds"] = [240.0, 420.0]
+    expected["soak"] = {"rangeSeconds": [240.0, 420.0], "seconds": seconds, "seed": seed}
+    assert _sets_sorted(built) == _sets_sorted(expected)
 
 
 def test_the_record_keeps_the_typed_verdict_and_timeline() -> None:
@@ -249,11 +264,16 @@ def test_the_control_window_and_a_fault_are_recorded() -> None:
         scenario=ScenarioRecord.model_validate(old["scenario"]),
         submission=SubmissionRecord(kind="agent", source="agents/a.py", sandboxed=True),
         target_rate=50,
-        control=ControlRecord(seconds=20, target_fired=False),
+        control=ControlRecord(seconds=20, target_fired=False, pages_fired=[], restarts=0),
         recorded_at=_epoch(old["timestamps"]["recorded"]),
     )
     wire = json.loads(record.to_json())
-    assert wire["control"] == {"seconds": 20, "targetFired": False}
+    assert wire["control"] == {
+        "seconds": 20,
+        "targetFired": False,
+        "pagesFired": [],
+        "restarts": 0,
+    }
     assert wire["fault"] == "prometheus went away"
     assert wire["submission"]["kind"] == "agent"
     assert wire["submission"]["sandboxed"] is True

@@ -48,6 +48,10 @@ class AlertSample(_Model):
     load: LoadStats | None = None
     # None: this run has no prober (older records); else what the prober saw
     probe: ProbeStats | None = None
+    # Restarts of the running build's processes or containers since it was rolled out
+    # (None: not observed, e.g. older records). After a redeploy, any restart of the
+    # patched service fails the fix: it did not stay up under load.
+    restarts: int | None = Field(default=None, ge=0)
     # over the last sample interval (sreforge.runtime.contention; None where not measured):
     # the share of the machine's CPU spent outside this run's own process tree, and the
     # seconds per second the run's threads waited, runnable, for a CPU

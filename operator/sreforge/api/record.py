@@ -34,7 +34,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from sreforge import oracle
 from sreforge.api.observation import AlertSample, CIResult, CIStatus
-from sreforge.api.scenario import Scenario, VerifySpec, Weights
+from sreforge.api.scenario import Scenario, SoakBound, VerifySpec, Weights
 from sreforge.api.verdict import Reason, SignalName, Verdict
 
 if TYPE_CHECKING:
@@ -114,6 +114,8 @@ class RecordedVerify(VerifySpec):
     recomputed from the record."""
 
     weights: SkipJsonSchema[Weights] = Field(default_factory=Weights, exclude=True)
+    # a record from before the soak existed had none (a new record always states its own)
+    soak_seconds: tuple[SoakBound, SoakBound] = (0.0, 0.0)
 
 
 class Timestamps(_Part):
@@ -148,6 +150,9 @@ class LoadRecord(_Part):
     generator: dict[str, Any] | None = None
     verify_achieved_rate_mean: float | None = None
     verify_dropped_ratio_max: float | None = None
+    # the independent prober's share of good answers over the verification
+    verify_probe_success_min: float | None = None
+    verify_probe_success_mean: float | None = None
 
     @model_serializer(mode="wrap")
     def _leave_out_unmeasured(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -171,11 +176,26 @@ class ContentionRecord(_Part):
     inconclusive_above: ContentionLimits
 
 
+class SoakRecord(_Part):
+    """The soak of this case (sreforge.oracle.soak), published with its verdict: the
+    declared range, the length drawn for this case and the case's seed (the draw can be
+    recomputed from it; the run's key, from which later cases are drawn, is never
+    published)."""
+
+    range_seconds: tuple[float, float]
+    seconds: float = Field(ge=0)
+    seed: str
+
+
 class ControlRecord(_Part):
     """The control window: the healthy build under the same load before the injection."""
 
     seconds: int
     target_fired: bool
+    # pages that fired and restarts of the healthy build during the window (None: a
+    # record from before they were watched)
+    pages_fired: list[str] | None = None
+    restarts: int | None = None
 
 
 class SessionRecord(_Part):
@@ -226,6 +246,14 @@ class RunRecord(_Part):
     contention: ContentionRecord
     control: ControlRecord | None = None
     session: SessionRecord | None = None
+    soak: SoakRecord | None = Field(
+        default=None, description="the soak after the window; absent if nothing was rolled out"
+    )
+    restarts: int | None = Field(
+        default=None,
+        description="restarts of the patched service after its rollout (most seen); absent "
+        "where not observed",
+    )
     fault: str | None = Field(default=None, description="the harness fault, if one ended the run")
     wall_time_seconds: dict[str, float] = Field(
         default_factory=dict,
@@ -284,6 +312,9 @@ class RunRecord(_Part):
         ci = state.ci or CIResult(status=CIStatus.ERROR, reason="CI did not run")
         verifying = [s for s in state.samples if state.redeployed_at and s.t >= state.redeployed_at]
         loads = [s.load for s in verifying if s.load is not None]
+        probes = [s.probe.success_ratio for s in verifying if s.probe and s.probe.success_ratio]
+        restarts = [s.restarts for s in verifying if s.restarts is not None]
+        seed, soak_seconds = state.soak()
         cpu = [s for s in verifying if s.outside_cpu is not None]
         measured = oracle.contention(cpu, 0.0)
         wall = dict(wall_seconds or {})
@@ -339,6 +370,8 @@ class RunRecord(_Part):
                     round(sum(x.achieved_rate for x in loads) / len(loads), 2) if loads else None
                 ),
                 verify_dropped_ratio_max=max((x.dropped_ratio for x in loads), default=None),
+                verify_probe_success_min=min(probes, default=None),
+                verify_probe_success_mean=(round(sum(probes) / len(probes), 4) if probes else None),
             ),
             contention=ContentionRecord(
                 verify_outside_cpu_mean=measured[0] if measured else None,
@@ -350,6 +383,12 @@ class RunRecord(_Part):
             ),
             control=control,
             session=session,
+            soak=(
+                SoakRecord(range_seconds=state.verify.soak_seconds, seconds=soak_seconds, seed=seed)
+                if state.redeployed_at
+                else None
+            ),
+            restarts=max(restarts, default=None),
             fault=state.fault,
             wall_time_seconds={key: round(value, 3) for key, value in wall.items()},
             verdict=verdict,

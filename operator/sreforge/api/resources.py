@@ -30,6 +30,7 @@ CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 MAX_INLINE_PATCH = 1024 * 1024
 
 DaySeconds = Annotated[int, Field(ge=1, le=86_400)]
+SoakSeconds = Annotated[int, Field(ge=0, le=3600)]
 Generation = Annotated[int, Field(ge=0)]
 Ratio = Annotated[float, Field(ge=0, le=1)]
 ObjectName = Annotated[str, Field(min_length=1, max_length=253)]
@@ -75,7 +76,18 @@ class IncidentVerify(_Spec):
     sustain_seconds: DaySeconds | None = None
     fire_timeout_seconds: DaySeconds | None = None
     clear_budget_seconds: DaySeconds | None = None
+    # the range [low, high] the hidden soak after the window is drawn from ([0, 0]: none)
+    soak_seconds: Annotated[list[SoakSeconds], Field(min_length=2, max_length=2)] | None = None
     pass_threshold_percent: Annotated[int, Field(ge=0, le=100)] | None = None
+
+    @model_validator(mode="after")
+    def _soak_range(self) -> IncidentVerify:
+        if self.soak_seconds is not None and self.soak_seconds[0] > self.soak_seconds[1]:
+            low, high = self.soak_seconds
+            raise ValueError(
+                f"soakSeconds must be [low, high] with low <= high, got [{low}, {high}]"
+            )
+        return self
 
 
 class IncidentSpec(_Spec):
@@ -164,6 +176,13 @@ class SignalStatus(_Status):
     detail: str | None = None
 
 
+class SoakStatus(_Status):
+    """The soak after the sustained window, as drawn for one Submission."""
+
+    seconds: Annotated[float, Field(ge=0, le=86_400)]
+    seed: Annotated[str, Field(max_length=128)]
+
+
 class SubmissionStatus(_Status):
     """Observed grading of a Submission."""
 
@@ -173,6 +192,10 @@ class SubmissionStatus(_Status):
     reason: Reason | None = None
     ci_feedback: Annotated[str, Field(max_length=65_536)] | None = None
     signals: dict[str, SignalStatus] | None = None
+    # the soak this Submission was held to, published with its verdict (oracle.soak)
+    soak: SoakStatus | None = None
+    # restarts of the patched service after its rollout (most seen while verifying)
+    restarts: Annotated[int, Field(ge=0)] | None = None
     # free-form diagnosis of the agent's run (sreforge.api.diagnosis writes it)
     diagnosis: dict[str, Any] | None = None
     conditions: list[Condition] = Field(default_factory=list)

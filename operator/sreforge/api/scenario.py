@@ -14,6 +14,9 @@ from sreforge.errors import SreforgeError
 
 Seconds = Annotated[int, Field(ge=1, le=86_400)]
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
+# at most an hour: the operator keeps each verification sample in CR status (~300 bytes a
+# second), which must stay well under etcd's 1.5 MiB object limit
+SoakBound = Annotated[float, Field(ge=0, le=3600)]
 
 
 class ScenarioError(SreforgeError, ValueError):
@@ -75,9 +78,26 @@ class VerifySpec(_Model):
     max_dropped_ratio: Ratio = 0.02
     min_success_ratio: Ratio = 0.95
     sample_interval_seconds: Annotated[float, Field(gt=0, le=30)] = 1.0
+    # After the sustained window, a soak of hidden length drawn per case from this range
+    # [low, high] (seconds; docs/oracle.md "The soak"): the load keeps running and every
+    # sample must stay clear. The default covers the substrates' longest time constant, the
+    # catalogue's 300 s page cache: at its shortest (a clear at once + the 60 s window +
+    # 240 s) a case is watched until every entry cached at the rollout has expired and been
+    # refilled under load; the 180 s spread keeps a fix timed to give way just after the
+    # shortest soak from passing most of the time. [0, 0] turns the soak off.
+    soak_seconds: tuple[SoakBound, SoakBound] = (240.0, 420.0)
     # the mitigation sub-oracle's own signal weights
     weights: Weights = Weights()
     oracles: OracleWeights = OracleWeights()
+
+    @model_validator(mode="after")
+    def _soak_range(self) -> VerifySpec:
+        low, high = self.soak_seconds
+        if low > high:
+            raise ValueError(
+                f"soak_seconds must be [low, high] with low <= high, got [{low:g}, {high:g}]"
+            )
+        return self
 
 
 #: How known answers are learned, by the built-in generator and the k6 script alike:

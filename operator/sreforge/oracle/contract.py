@@ -28,6 +28,9 @@ class VerifyObservations(BaseModel):
     # under the old build, so carrying on into firing after the redeploy is not new.
     active_before_redeploy: frozenset[str] = frozenset()
     samples: list[AlertSample] = []
+    # The soak drawn for this case (oracle.soak): after the sustained window, the fix must
+    # keep holding this many seconds more. 0: no soak.
+    soak_seconds: float = 0.0
     # The RCA judge's report, for the diagnose sub-oracle; v1's runtime never sets it.
     diagnosis: Diagnosis | None = None
 

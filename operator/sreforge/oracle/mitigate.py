@@ -41,6 +41,7 @@ class SampleState(StrEnum):
     LOAD = "load-not-delivered"  # the service shed, dropped or failed the load
     PROBE = "probe-failing"  # the independent prober is not served: not every client is
     DOWN = "service-down"  # the service's scrape target or the alert's series vanished
+    RESTARTED = "restarted"  # the patched service crashed or was killed and restarted
     HARNESS = "harness-fault"  # Prometheus or the load generator could not be observed
 
 
@@ -48,6 +49,8 @@ def classify(sample: AlertSample, target_alert: str, verify: VerifySpec) -> Samp
     """Classify one sample; only CLEAR may ever count towards a clear."""
     if sample.firing is None or sample.load is None:
         return SampleState.HARNESS
+    if sample.restarts:  # the counter is reset at each rollout: any restart is the fix's
+        return SampleState.RESTARTED
     if target_alert in sample.firing:
         return SampleState.FIRING
     if not sample.target_series_present or not sample.service_up:
@@ -75,6 +78,7 @@ _STATE_REASON = {
     SampleState.LOAD: Reason.LOAD_NOT_DELIVERED,
     SampleState.PROBE: Reason.NOT_CLEARED,
     SampleState.DOWN: Reason.NOT_CLEARED,
+    SampleState.RESTARTED: Reason.NOT_CLEARED,
     SampleState.HARNESS: Reason.INCONCLUSIVE,
 }
 
@@ -324,6 +328,9 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
                 f"{obs.target_alert} was only ever absent while the load was not delivered "
                 "(dropped, shed or failed requests)"
             )
+        elif SampleState.RESTARTED in before:
+            reason = Reason.NOT_CLEARED
+            msg = _restarted(samples)
         elif SampleState.DOWN in before:
             reason = Reason.NOT_CLEARED
             msg = f"the service or {obs.target_alert}'s series vanished: never counted as a clear"
@@ -347,8 +354,10 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
     details[SignalName.ALERT_CLEARED] = f"absent under delivered load {ttc:.1f}s after redeploy"
     details[SignalName.TIME_TO_CLEAR] = f"{ttc:.1f}s of a {verify.clear_budget_seconds}s budget"
 
-    # Phase 2: every sample through the sustained window is clear, with no unobserved hole.
-    window_end = cleared_at + verify.sustain_seconds
+    # Phase 2: every sample through the sustained window and the soak after it is clear,
+    # with no unobserved hole.
+    soak = obs.soak_seconds
+    window_end = cleared_at + verify.sustain_seconds + soak
     sustained, fail_reason, msg = True, None, ""
     last_t = cleared_at
     for s, st in zip(samples[first:], states[first:], strict=True):
@@ -361,14 +370,20 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
         last_t = s.t
         if st is not SampleState.CLEAR:
             sustained, fail_reason = False, _STATE_REASON[st]
-            msg = f"{st.value} at +{s.t - cleared_at:.1f}s of the {verify.sustain_seconds}s window"
+            at = s.t - cleared_at
+            msg = f"{st.value} at +{at:.1f}s, {_when(at, verify.sustain_seconds, soak)}"
+            if st is SampleState.RESTARTED:
+                msg = f"{_restarted(samples)} (+{at:.1f}s after the clear)"
             break
     else:
         if window_end - last_t > max_gap:
             sustained, fail_reason = False, Reason.INCONCLUSIVE
-            msg = f"the sustained window was observed only to +{last_t - cleared_at:.0f}s"
+            msg = (
+                f"the {_watched(verify.sustain_seconds, soak)} was observed only to "
+                f"+{last_t - cleared_at:.0f}s"
+            )
     if sustained:
-        msg = f"clear for the whole {verify.sustain_seconds}s window under load"
+        msg = f"clear for the whole {_watched(verify.sustain_seconds, soak)} under load"
     if fail_reason is None and pages:
         # fail closed: user-facing breakage elsewhere in the service (docs/oracle.md)
         fail_reason = Reason.NEW_ALERTS
@@ -396,6 +411,27 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
     )
 
 
+def _watched(window: float, soak: float) -> str:
+    if soak <= 0:
+        return f"{window:g}s window"
+    return f"{window:g}s window and the {soak:g}s soak after it"
+
+
+def _when(at: float, window: float, soak: float) -> str:
+    """Where `at` seconds after the clear falls: in the window or in the soak."""
+    if at <= window or soak <= 0:
+        return f"in the {window:g}s window"
+    return f"{at - window:.0f}s into the {soak:g}s soak after the {window:g}s window"
+
+
+def _restarted(samples: Sequence[AlertSample]) -> str:
+    most = max((s.restarts or 0 for s in samples), default=0)
+    return (
+        f"the patched service restarted {most} time{'s' if most != 1 else ''} after the "
+        "rollout: a fix must stay up under load"
+    )
+
+
 def window_complete(obs: VerifyObservations, verify: VerifySpec, now: float) -> bool:
     """True when more observation cannot change the verdict (the loop may stop sampling)."""
     if obs.redeployed_at is None:
@@ -413,7 +449,7 @@ def window_complete(obs: VerifyObservations, verify: VerifySpec, now: float) -> 
     )
     if first is None:
         return now > t0 + verify.clear_budget_seconds
-    if now >= first + verify.sustain_seconds:
+    if now >= first + verify.sustain_seconds + obs.soak_seconds:
         return True
     # A refire or a failed sample inside the window decides the verdict already.
     return any(

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from sreforge.api.scenario import Scenario
 from sreforge.load import control as load_control
 from sreforge.load.command import generator_argv
 from sreforge.runtime import ci, contention
-from sreforge.runtime.confine import Substrate
+from sreforge.runtime.confine import Place, Substrate
 from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter, ScrapeProxy
 from sreforge.runtime.process import Managed, ProcessError, free_port
 from sreforge.runtime.prometheus import PrometheusServer
@@ -35,6 +36,11 @@ from sreforge.telemetry import LOAD_JOB, PROBE_JOB, Telemetry
 SCRAPE_SWITCH_SECONDS = 10.0
 # Quiet this long (a rate window plus the rules' `for`) before the injection counts.
 QUIET_SECONDS = 15.0
+# A build that exits is started again in place, as a kubelet restarts a container
+# (restartPolicy Always): after this back-off, doubling per restart up to the cap.
+RESTART_BACKOFF_SECONDS = 1.0
+RESTART_BACKOFF_CAP_SECONDS = 10.0
+SUPERVISE_EVERY_SECONDS = 0.25
 
 # Range queries recorded into the run directory before Prometheus stops (for reports).
 SERIES = {
@@ -59,6 +65,20 @@ SERIES = {
     # The harness exporter's view of the service process (job="harness").
     "target_memory_rss_bytes": f'max(sreforge_target_memory_rss_bytes{{job="{HARNESS_JOB}"}})',
 }
+
+
+@dataclass(frozen=True)
+class Build:
+    """A build as it was rolled out: what starting it again in place needs."""
+
+    tree: Path
+    label: str
+    place: Place
+    data: Path
+
+    @property
+    def port(self) -> int:
+        return self.place.port
 
 
 class LocalEnvironment:
@@ -107,6 +127,13 @@ class LocalEnvironment:
         self.harness: HarnessExporter | None = None
         self.scrape: ScrapeProxy | None = None
         self.control: dict[str, Any] | None = None  # the control window's observation
+        # The running build's restarts since it was rolled out (the supervisor's count)
+        # and what it needs to start it again in place: its tree, label and place.
+        self.restarts = 0
+        self._build: Build | None = None
+        self._lock = threading.RLock()  # a swap and a restart never interleave
+        self._closing = threading.Event()
+        self._supervisor: threading.Thread | None = None
         self.wall: dict[str, float] = {}  # the environment's own seconds: setup, warmup
 
     # ----- trees -------------------------------------------------------------------
@@ -161,35 +188,75 @@ class LocalEnvironment:
             return argv, None
         return self.substrate.wrap(argv, tree=tree, tree_writable=True)
 
-    def _service_env(self, port: int) -> dict[str, str]:
+    def _service_env(self, port: int, data_dir: Path) -> dict[str, str]:
         assert self.substrate is not None
-        data = self.substrate.data_path(self.data_dir)
+        data = self.substrate.data_path(data_dir)
         env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": data}
         if self.redis_url:
             env["REDIS_URL"] = self.redis_url
         env.update(self.upstream_env)
         return env
 
-    def start_service(self, tree: Path, label: str) -> tuple[Managed, int]:
+    def start_service(self, tree: Path, label: str) -> tuple[Managed, Build]:
         """Start the service from `tree` on a new port; returns it once it is healthy."""
         assert self.substrate is not None
-        place = self.substrate.place(reach=self.dependency_ports)
-        port = place.port
+        build = Build(tree, label, self.substrate.place(reach=self.dependency_ports), self.data_dir)
         svc = self.scenario.service
-        proc = self._spawn_substrate(
-            f"{svc.name}-{label}",
-            svc.command,
-            place=place,
-            tree=tree,
-            data=self.data_dir,
-            env=self._service_env(port),
-        )
+        proc = self._spawn_build(build)
         try:
-            proc.wait_http(f"http://127.0.0.1:{port}{svc.health_path}", svc.deploy_timeout_seconds)
+            proc.wait_http(
+                f"http://127.0.0.1:{build.port}{svc.health_path}", svc.deploy_timeout_seconds
+            )
         except ProcessError:
-            self._retire(proc, port)
+            self._retire(proc, build.port)
             raise
-        return proc, port
+        return proc, build
+
+    def _spawn_build(self, build: Build, restart: int = 0) -> Managed:
+        svc = self.scenario.service
+        name = f"{svc.name}-{build.label}" + (f"-restart{restart}" if restart else "")
+        return self._spawn_substrate(
+            name,
+            svc.command,
+            place=build.place,
+            tree=build.tree,
+            data=build.data,
+            env=self._service_env(build.port, build.data),
+        )
+
+    # ----- the supervisor: a build that exits is started again, and counted -------------
+    def _supervise(self) -> None:
+        down: tuple[Managed, float] | None = None  # the build that exited, when to restart it
+        while not self._closing.wait(SUPERVISE_EVERY_SECONDS):
+            with self._lock:
+                proc, build = self.service, self._build
+                if proc is None or build is None or proc.alive():
+                    down = None
+                    continue
+                now = time.monotonic()
+                if down is None or down[0] is not proc:
+                    # counted as it exits: the build is down from now on, not from the restart
+                    self.restarts += 1
+                    delay = min(
+                        RESTART_BACKOFF_CAP_SECONDS,
+                        RESTART_BACKOFF_SECONDS * 2 ** (self.restarts - 1),
+                    )
+                    down = (proc, now + delay)
+                    self.say(
+                        f"{proc.name} exited (code {proc.proc.returncode}); restarting it "
+                        f"in {delay:.0f}s, as a kubelet would"
+                    )
+                if now < down[1]:
+                    continue
+                try:
+                    new = self._spawn_build(build, restart=self.restarts)
+                except (OSError, ProcessError) as exc:
+                    self.say(f"restarting {proc.name} failed: {exc}; trying again")
+                    down = (proc, now + RESTART_BACKOFF_CAP_SECONDS)
+                    continue
+                self.service = new
+                if self.harness is not None:
+                    self.harness.follow(self.scenario.service.name, new.pid)
 
     def _retire(self, proc: Managed, port: int) -> None:
         proc.stop()
@@ -201,9 +268,13 @@ class LocalEnvironment:
 
         Returns the moment the load moved: that is the rollout time, not the old build's exit.
         """
-        new, port = self.start_service(tree, label)
-        old, old_port = self.service, self.service_port
-        self.service, self.service_port = new, port
+        new, build = self.start_service(tree, label)
+        port = build.port
+        with self._lock:
+            old, old_port = self.service, self.service_port
+            self.service, self.service_port = new, port
+            self._build = build
+            self.restarts = 0  # counted per rollout, as a new pod's restartCount
         if self.harness is not None:
             self.harness.follow(self.scenario.service.name, new.pid)
         assert self.scrape is not None
@@ -322,6 +393,10 @@ class LocalEnvironment:
         self.say("starting the healthy build under load")
         t_healthy = time.time()
         self.swap_service(self.healthy, "healthy")
+        self._supervisor = threading.Thread(
+            target=self._supervise, name="sreforge-supervisor", daemon=True
+        )
+        self._supervisor.start()
         self.wall["healthyStart"] = time.time() - t_healthy
         # the control sockets live outside the run directory, in a 0700 folder of their own
         controls = Path(tempfile.mkdtemp(prefix="sreforge-ctl-"))
@@ -428,17 +503,27 @@ class LocalEnvironment:
         )
 
     def _control_window(self) -> None:
-        """Observe the healthy build under the same load: the target alert must stay quiet."""
+        """Observe the healthy build under the same load for as long as a fix is held: the
+        target alert and every page must stay quiet, and the build must not restart."""
         assert self.telemetry is not None
         target = self.scenario.target_alert
         self.say(f"control: healthy build under load for {self.control_seconds}s")
         end = time.time() + self.control_seconds
         fired = False
+        pages: set[str] = set()
+        restarts_before = self.restarts
         while time.time() < end:
-            alerts = self.telemetry.alerts()
-            fired = fired or bool(alerts and target in alerts[0])
+            s = self.telemetry.sample()
+            if s.firing is not None:
+                fired = fired or target in s.firing
+                pages |= s.pages & s.firing
             time.sleep(1)
-        self.control = {"seconds": self.control_seconds, "targetFired": fired}
+        self.control = {
+            "seconds": self.control_seconds,
+            "targetFired": fired,
+            "pagesFired": sorted(pages),
+            "restarts": self.restarts - restarts_before,
+        }
 
     # ----- observations ------------------------------------------------------------
     def generator_stats(self) -> dict[str, Any] | None:
@@ -456,7 +541,7 @@ class LocalEnvironment:
         cpu = self.cpu.sample()
         if cpu is not None:
             sample = sample.model_copy(update={"outside_cpu": cpu.outside, "cpu_wait": cpu.wait})
-        return sample
+        return sample.model_copy(update={"restarts": self.restarts})
 
     def series(self, since: float, end: float) -> dict[str, Any] | None:
         """The SERIES range queries over [since, end], or None before Prometheus started."""
@@ -466,6 +551,9 @@ class LocalEnvironment:
 
     def teardown(self) -> None:
         """Stop every process (newest first) and the harness's own servers; never raises."""
+        self._closing.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=15)
         for proc in reversed(self.procs):
             with contextlib.suppress(Exception):
                 proc.stop()

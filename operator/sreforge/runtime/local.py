@@ -52,6 +52,7 @@ class RunOptions:
     agent_model: str | None = None
     rca: Path | None = None
     sustain_seconds: int | None = None
+    soak_seconds: tuple[float, float] | None = None  # the range the soak is drawn from
     control_seconds: int = 0
     agent_timeout_seconds: int = 1800
     agent_shares: list[Path] = field(default_factory=list)  # read-only inside the sandbox
@@ -140,6 +141,8 @@ class LocalRun:
         verify = scenario.verify
         if options.sustain_seconds is not None:
             verify = verify.model_copy(update={"sustain_seconds": options.sustain_seconds})
+        if options.soak_seconds is not None:
+            verify = verify.model_copy(update={"soak_seconds": options.soak_seconds})
         self.scenario = scenario.model_copy(update={"verify": verify})
         self.repo_root = repo_root
         self.opts = options
@@ -161,6 +164,8 @@ class LocalRun:
             cases=len(cases),
             stop_on_pass=False,
             rearm_timeout_seconds=options.rearm_timeout_seconds,
+            # drawn here, kept in this process and the run directory (never the agent's)
+            soak_key=secrets.token_hex(32),
         )
         self.records: list[RunRecord] = []  # one per case graded, in order
         self.driver = Driver(self.state, self, name="sreforge")

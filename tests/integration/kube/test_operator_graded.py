@@ -239,7 +239,11 @@ def test_graded_submissions(
             "spec": {
                 "scenario": SCENARIO.name,
                 "prometheusURL": env["node"].prometheus_url,
-                "verify": {"sustainSeconds": SUSTAIN, "clearBudgetSeconds": CLEAR_BUDGET},
+                "verify": {
+                    "sustainSeconds": SUSTAIN,
+                    "clearBudgetSeconds": CLEAR_BUDGET,
+                    "soakSeconds": [0, 0],
+                },
             },
         },
     )

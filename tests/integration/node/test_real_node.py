@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from tests.kubeenv import REPO_ROOT, wait_for
 from tests.localcluster import LocalCluster
 
@@ -37,6 +38,7 @@ DEMO_NS = "sreforge-demo"
 OPERATOR_IMAGE = "sreforge/operator:dev"
 PROMETHEUS_IMAGE = "sreforge/prometheus:v3.16.0"
 HEALTHY = "sreforge/catalog:healthy"
+SOAK_LOW, SOAK_HIGH = 20, 40
 INCIDENT = "stampede-1"  # the name scenarios/latency-cache-stampede/incident.yaml gives it
 
 
@@ -215,7 +217,11 @@ def graded(cluster: LocalCluster, name: str, timeout: float, ns: str = DEMO_NS) 
 def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
     cluster = demo
     t0 = time.monotonic()
-    cluster.kubectl("apply", "-f", str(SCENARIO.directory / "incident.yaml"))
+    # as shipped, but for a soak of 20-40 s instead of the scenario's minutes: the soak's
+    # key must survive the operator's restart below (the same length is drawn again)
+    shipped = yaml.safe_load((SCENARIO.directory / "incident.yaml").read_text())
+    shipped["spec"]["verify"]["soakSeconds"] = [SOAK_LOW, SOAK_HIGH]
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(shipped))
 
     def awaiting() -> bool:
         inc = incident(cluster)
@@ -266,6 +272,10 @@ def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
         return (cond(sub, "Deployed") or {}).get("status") == "True"
 
     wait_for("the fix to be deployed", verifying, timeout=420, interval=1)
+    # while the fix is verified, nothing the agent can read tells the soak's length
+    status = json.dumps(incident(cluster)["status"]) + json.dumps(submission(cluster, "fix"))
+    assert "soak_key" not in status
+    assert '"soak"' not in status
     # the operator's pod dies mid-verification; the Deployment's next one resumes the run
     old = kubectl_json(
         cluster, "get", "pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/component=operator"
@@ -282,6 +292,11 @@ def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
     fix = graded(cluster, "fix", timeout=420)
     assert fix["status"]["passed"] is True, json.dumps(fix["status"], indent=1)
     assert fix["status"]["score"] >= 0.85
+    # the soak it was held to is published with the verdict; no container restarted
+    assert SOAK_LOW <= fix["status"]["soak"]["seconds"] <= SOAK_HIGH
+    assert fix["status"]["restarts"] == 0
+    detail = fix["status"]["signals"]["sustained_clear"]["detail"]
+    assert f"{fix['status']['soak']['seconds']:g}s soak" in detail, detail
     # the verdict is recorded before the baseline is restored; then the run is Finished
     wait_for(
         "the Incident to finish",
@@ -339,6 +354,7 @@ def test_two_incidents_of_two_scenarios_on_one_prometheus(demo: LocalCluster) ->
                 "loadRunner": "builtin",
                 "verify": {
                     "sustainSeconds": 30,
+                    "soakSeconds": [0, 0],
                     "fireTimeoutSeconds": 180,
                     "clearBudgetSeconds": 60,
                     "passThresholdPercent": 85,

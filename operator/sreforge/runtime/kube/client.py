@@ -62,6 +62,17 @@ class PodFault(KubeError):
         self.trouble = trouble
 
 
+def _restarts(container: Any) -> int:
+    """A container's restarts, counting one that exited and waits to be started again
+    (the kubelet bumps restartCount only when it restarts it, after its back-off)."""
+    state = container.state
+    down = state is not None and (
+        state.terminated is not None
+        or (state.waiting is not None and state.waiting.reason == "CrashLoopBackOff")
+    )
+    return int(container.restart_count or 0) + (1 if down else 0)
+
+
 class Kube:
     """The operator's Kubernetes client: kubeconfig ($KUBECONFIG) or in-cluster config."""
 
@@ -381,6 +392,33 @@ class Kube:
         for pod in pods:
             out += pod_troubles(self._plain(pod), agent_containers)
         return out
+
+    def rollout_restarts(self, ns: str, dep_name: str) -> int | None:
+        """Container restarts in the pods of the Deployment's current revision (its newest
+        ReplicaSet, the one the last rollout made), or None when they cannot be read."""
+        revision_key = "deployment.kubernetes.io/revision"
+        try:
+            dep = self.apps.read_namespaced_deployment(dep_name, ns)
+            revision = (dep.metadata.annotations or {}).get(revision_key)
+            sel = ",".join(f"{k}={v}" for k, v in (dep.spec.selector.match_labels or {}).items())
+            sets = self.apps.list_namespaced_replica_set(ns, label_selector=sel).items
+            current = [
+                rs
+                for rs in sets
+                if (rs.metadata.annotations or {}).get(revision_key) == revision
+                and any(o.uid == dep.metadata.uid for o in rs.metadata.owner_references or [])
+            ]
+            if not current:
+                return None
+            template_hash = (current[0].metadata.labels or {}).get("pod-template-hash")
+            pods = self.core.list_namespaced_pod(
+                ns, label_selector=f"{sel},pod-template-hash={template_hash}"
+            ).items
+        except self._exc:
+            return None
+        return sum(
+            _restarts(c) for pod in pods if pod.status for c in pod.status.container_statuses or []
+        )
 
     def job_troubles(
         self, ns: str, name: str, agent_containers: frozenset[str] = frozenset()

@@ -15,11 +15,15 @@ Configuration (environment of the operator):
                                its image.pullPolicy)
     SREFORGE_SOURCE_DIR        where a service image holds its source tree (default "/app")
     SREFORGE_PROMETHEUS_URL    Prometheus to read when an Incident sets no prometheusURL
+    SREFORGE_SOAK_SECRET       the secret each Incident's soak key is derived from (the chart
+                               keeps one in a Secret); unset: a random one per operator
+                               process, so a restarted operator draws new soak lengths
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +49,10 @@ PATCH_VOLUME = "sreforge-patch"
 TMP_VOLUME = "sreforge-tmp"  # the overlay init containers' /tmp: their root is read-only
 OVERLAY_SRC = "/sreforge/src"
 OVERLAY_PATCH = "/sreforge/patch"
+
+
+# Without SREFORGE_SOAK_SECRET: one secret for the operator process (a restart draws anew).
+_PROCESS_SOAK_SECRET = secrets.token_hex(32)
 
 
 def default_scenarios_dir() -> Path:
@@ -77,6 +85,10 @@ class OperatorConfig:
     operator_image_pull_policy: str = "IfNotPresent"
     source_dir: str = "/app"
     prometheus_url: str | None = None
+    # the secret each Incident's soak key is derived from (sreforge.oracle.soak); never
+    # written to CR status, never given to a Job or a tenant's pod
+    soak_secret: str = field(default=_PROCESS_SOAK_SECRET, repr=False)
+    soak_secret_from_env: bool = False
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -88,6 +100,8 @@ class OperatorConfig:
             operator_image_pull_policy=_pull_policy(e.get("SREFORGE_OPERATOR_IMAGE_PULL_POLICY")),
             source_dir=e.get("SREFORGE_SOURCE_DIR") or "/app",
             prometheus_url=e.get("SREFORGE_PROMETHEUS_URL") or None,
+            soak_secret=e.get("SREFORGE_SOAK_SECRET") or _PROCESS_SOAK_SECRET,
+            soak_secret_from_env=bool(e.get("SREFORGE_SOAK_SECRET")),
         )
 
     def image(self, service: str, variant: str) -> str:
@@ -106,6 +120,8 @@ def effective_verify(scenario: Scenario, spec: IncidentSpec) -> VerifySpec:
     for name in ("sustain_seconds", "fire_timeout_seconds", "clear_budget_seconds"):
         if getattr(o, name) is not None:
             update[name] = getattr(o, name)
+    if o.soak_seconds is not None:
+        update["soak_seconds"] = (float(o.soak_seconds[0]), float(o.soak_seconds[1]))
     if o.pass_threshold_percent is not None:
         update["pass_threshold"] = o.pass_threshold_percent / 100
     return v.model_copy(update=update)

@@ -23,6 +23,7 @@ from sreforge.api.resources import (
 )
 from sreforge.api.verdict import Verdict
 from sreforge.loop import Phase, RunState
+from sreforge.oracle import soak
 from sreforge.runtime import failpoint
 from sreforge.runtime.driver import Driver, Stop
 from sreforge.runtime.kube import events, metrics
@@ -141,8 +142,11 @@ class IncidentRun:
                 RunState(run_id=run_id, target_alert=self.scenario.target_alert, verify=self.verify)
             )
             self.resumed = False
-        # the operator's policy, also for a state persisted by an operator that had none
-        self.p.state = self.p.state.model_copy(update=OPERATOR_CASES)
+        # the operator's policy, also for a state persisted by an operator that had none;
+        # the soak key is never persisted: derived again from the operator's secret
+        self.p.state = self.p.state.model_copy(
+            update={**OPERATOR_CASES, "soak_key": soak.derive_key(cfg.soak_secret, self.uid)}
+        )
         self.driver = Driver(self.p.state, self, name=f"sreforge-{self.name}")
 
     # --- status
@@ -220,6 +224,11 @@ class IncidentRun:
         if self.telemetry is None:
             raise KubeError(NO_PROMETHEUS)
         got = self.telemetry.sample()
+        if self.p.state.phase is Phase.VERIFYING:
+            # a new revision's pods start at 0: any restart since is the fix's
+            got = got.model_copy(
+                update={"restarts": self.kube.rollout_restarts(self.target_ns, self.target)}
+            )
         ok = got.firing is not None
         if ok is not self._prometheus_ok:
             self._prometheus_ok = ok
@@ -513,6 +522,12 @@ class IncidentRun:
         failpoint.reached("applied:record")
         if sub is not None:
             fields = verdict_status(verdict, st.ci)
+            if st.redeployed_at is not None:  # the soak it was held to, now the verdict is out
+                seed, seconds = st.soak()
+                fields["soak"] = {"seconds": seconds, "seed": seed}
+                seen = [s.restarts for s in st.samples if s.restarts is not None]
+                if seen:
+                    fields["restarts"] = max(seen)
             conds = [
                 condition(
                     "Accepted", True, "Graded", f"graded against Incident {self.name} ({st.run_id})"

@@ -228,7 +228,8 @@ class Persisted:
 
     def dump(self) -> dict[str, Any]:
         return {
-            "state": self.state.model_dump(mode="json"),
+            # the soak key stays with the operator (derived again on resume: oracle.soak)
+            "state": self.state.model_dump(mode="json", exclude={"soak_key"}),
             "submission": self.submission,
             "graded": self.graded,
             "baselineImage": self.baseline_image,
