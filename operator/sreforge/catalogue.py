@@ -241,10 +241,15 @@ def write_markdown(
     command: str,
     when: str,
     total_seconds: float | None = None,
+    *,
+    runtime: str | None = None,
 ) -> None:
     """Rewrite the section of every scenario in `rows`, keeping the other scenarios' sections
-    (`total_seconds`: how long the validation of one scenario took, when rows hold one)."""
+    (`total_seconds`: how long the validation of one scenario took, when rows hold one).
+    `runtime`: rows of another runtime than the local one, in sections of their own
+    (`## <scenario> <runtime>`)."""
     for name in dict.fromkeys(r["scenario"] for r in rows):
         mine = [r for r in rows if r["scenario"] == name]
         body = section(mine, command, when, total_seconds)
-        write_section(path, f"## {name}", body, preamble=PREAMBLE)
+        heading = f"## {name}" if runtime is None else f"## {name} {runtime}"
+        write_section(path, heading, body, preamble=PREAMBLE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -199,6 +200,8 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if args.runtime == "kube":
+        return _validate_on_kube(args, scenarios)
     rows: list[dict[str, object]] = []
     print(
         f"{'SCENARIO':<32} {'PATCH':<36} {'EXPECTED':<8} {'GOT':<6} {'SCORE':>6} "
@@ -259,6 +262,51 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
             )
     mismatches = [r for r in rows if r["mismatch"]]
     print(f"\n{len(rows)} cases, {len(mismatches)} mismatches")
+    return EXIT_FAILED if mismatches else EXIT_PASSED
+
+
+def _validate_on_kube(args: argparse.Namespace, scenarios: list[Scenario]) -> int:
+    """The empty patch and the first fix of each scenario, graded by the operator of the
+    cluster $KUBECONFIG (or --kubeconfig) names, each scenario in a namespace of its own."""
+    from sreforge.runtime.kube import validate  # noqa: PLC0415 (the kubernetes client)
+    from sreforge.runtime.kube.client import Kube  # noqa: PLC0415
+    from sreforge.runtime.kube.config import OperatorConfig  # noqa: PLC0415
+
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = str(args.kubeconfig)
+    kube = Kube()
+    cfg = OperatorConfig.from_env()
+    rows: list[dict[str, object]] = []
+    for scenario in scenarios:
+        ns = f"validate-{scenario.name}"[:63].rstrip("-")
+        command = (
+            f"sreforge scenarios validate {scenario.name} --runtime kube"
+            f" --sustain-seconds {args.sustain_seconds or 30}"
+        )
+        try:
+            mine = validate.validate_scenario(
+                kube,
+                scenario,
+                cfg,
+                args.prometheus_url,
+                ns,
+                sustain_seconds=args.sustain_seconds or 30,
+                say=lambda m: print(m, file=sys.stderr, flush=True),
+            )
+        except Exception as exc:  # one scenario's failure is its rows' error
+            mine = [catalogue.error_row(c, str(exc), 0.0) for c in validate.kube_cases(scenario)]
+        for row in mine:
+            print(
+                f"{row['scenario']:<32} {row['patch']:<36} {row['expected']:<8} "
+                f"{row['got']:<6} {row['score']:>6.3f} {row['reason']}"
+                + (f"\n  MISMATCH: {row['mismatch']}" if row["mismatch"] else ""),
+                flush=True,
+            )
+        rows += mine
+        if args.markdown:
+            validate.write_rows(args.markdown, mine, command)
+    mismatches = [r for r in rows if r["mismatch"]]
+    print(f"\n{len(rows)} cases on Kubernetes, {len(mismatches)} mismatches")
     return EXIT_FAILED if mismatches else EXIT_PASSED
 
 
@@ -496,6 +544,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--fast", action="store_true", help="only the first fix (with control) and the empty patch"
     )
     val.add_argument("-v", "--verbose", action="store_true", help="progress lines of each run")
+    val.add_argument(
+        "--runtime",
+        choices=("local", "kube"),
+        default="local",
+        help="kube: the empty patch and the first fix, graded by the operator of a cluster",
+    )
+    val.add_argument("--kubeconfig", type=Path, help="(--runtime kube) the cluster's kubeconfig")
+    val.add_argument(
+        "--prometheus-url",
+        default="http://prometheus.sreforge-system.svc:9090",
+        help="(--runtime kube) the Incidents' spec.prometheusURL (the chart's by default)",
+    )
     val.set_defaults(func=cmd_scenarios_validate)
 
     cp = sub.add_parser(

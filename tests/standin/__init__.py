@@ -3,7 +3,7 @@
 See tests/standin/standin.py and docs/kubernetes.md ("The pod stand-in").
 """
 
-from .images import catalog_image, catalog_tree, operator_image
+from .images import catalog_image, catalog_tree, operator_image, redis_image
 from .pods import Image
 from .standin import NODE_NAME, StandIn, wait_until
 
@@ -14,5 +14,6 @@ __all__ = [
     "catalog_image",
     "catalog_tree",
     "operator_image",
+    "redis_image",
     "wait_until",
 ]

@@ -74,3 +74,12 @@ def operator_image(root: Path = REPO_ROOT) -> Image:
         ],
         env={"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"},
     )
+
+
+def redis_image(root: Path) -> Image:
+    """The redis image (hack/images/redis.Dockerfile): Debian's redis-server, no
+    persistence, on the port the stand-in gives its containerPort (PORT, HOST)."""
+    root.mkdir(parents=True, exist_ok=True)
+    server = shutil.which("redis-server") or "/usr/bin/redis-server"
+    script = f'exec {server} --port "$PORT" --bind "$HOST" --save "" --appendonly no'
+    return Image(root=root, path="/tmp", command=["sh", "-c", script])

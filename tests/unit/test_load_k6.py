@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sreforge.api.scenario import LoadProfile
+from sreforge.api.scenario import LoadProfile, Route
+from sreforge.load import k6series
 from sreforge.load.k6 import (
     K6_IMAGE,
     METRICS_PORT,
@@ -78,7 +79,7 @@ profiles = st.builds(
 _K6_HTTP_STUB = """\
 globalThis.__ENV = JSON.parse(process.env.STUB_ENV || '{}');
 export const calls = [];
-function answer(url) {
+function respond(url) {
   const mode = process.env.STUB_MODE;
   const status = Number(process.env.STUB_STATUS);
   if (mode === 'item' || mode === 'liar') {
@@ -94,6 +95,14 @@ function answer(url) {
   if (mode === 'notjson') return { status, body: 'oops' };
   if (mode === 'wrong') return { status, body: JSON.stringify({ id: id + 1 }) };
   return { status, body: JSON.stringify({ id }) };
+}
+// k6's Response fields the script reads besides status and body
+function answer(url) {
+  const res = respond(url);
+  const ms = Number(process.env.STUB_MS ?? 30);
+  res.timings = { blocked: 1, connecting: 2, tls_handshaking: 0, duration: ms - 3 };
+  res.error_code = Number(process.env.STUB_ERROR_CODE ?? 0);
+  return res;
 }
 export default {
   request(method, url, body, params) {
@@ -121,17 +130,31 @@ export function check(res, checks) {
   return Object.values(r).every(Boolean);
 }
 """
+_K6_METRICS_STUB = """\
+export const added = [];
+class Metric {
+  constructor(name) {
+    this.name = name;
+  }
+  add(value, tags) {
+    added.push({ metric: this.name, type: this.constructor.name, value, tags: tags || {} });
+  }
+}
+export class Counter extends Metric {}
+export class Gauge extends Metric {}
+"""
 _DRIVER = """\
 import run, { options, setup } from './script.mjs';
 import { calls } from './k6_http.mjs';
 import { results } from './k6.mjs';
+import { added } from './k6_metrics.mjs';
 Math.random = () => Number(process.env.STUB_RANDOM);
 globalThis.__PHASE = 'setup';
 const data = setup();
 const learning = calls.splice(0, calls.length);
 globalThis.__PHASE = 'run';
 run(data);
-console.log(JSON.stringify({ options, learning, data, calls, results }));
+console.log(JSON.stringify({ options, learning, data, calls, results, added }));
 """
 
 
@@ -160,14 +183,18 @@ def _node_run(
     mode: str,
     ident: int,
     env: dict[str, str] | None = None,
+    stub: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    stubbed = script.replace("from 'k6/http';", "from './k6_http.mjs';").replace(
-        "from 'k6';", "from './k6.mjs';"
+    stubbed = (
+        script.replace("from 'k6/http';", "from './k6_http.mjs';")
+        .replace("from 'k6';", "from './k6.mjs';")
+        .replace("from 'k6/metrics';", "from './k6_metrics.mjs';")
     )
-    assert stubbed.count("./k6") == 2, "the script's imports changed; update the stubs"
+    assert stubbed.count("./k6") == 3, "the script's imports changed; update the stubs"
     (tmp / "script.mjs").write_text(stubbed, encoding="utf-8")
     (tmp / "k6_http.mjs").write_text(_K6_HTTP_STUB, encoding="utf-8")
     (tmp / "k6.mjs").write_text(_K6_STUB, encoding="utf-8")
+    (tmp / "k6_metrics.mjs").write_text(_K6_METRICS_STUB, encoding="utf-8")
     (tmp / "driver.mjs").write_text(_DRIVER, encoding="utf-8")
     proc = subprocess.run(
         [NODE, str(tmp / "driver.mjs")],
@@ -182,6 +209,7 @@ def _node_run(
             "STUB_MODE": mode,
             "STUB_ID": str(ident),
             "STUB_ENV": json.dumps(env or {}),
+            **(stub or {}),
         },
     )
     assert proc.returncode == 0, proc.stderr
@@ -323,6 +351,82 @@ def test_unlearnable_answers_leave_nothing_known(tmp_path: Path) -> None:
     assert len(out["learning"]) == 4 * 3  # every id, three attempts
     assert out["data"] == {"known": {"/item/{id}": {}}}
     assert out["results"] == [{"status is 200": False, "matches the known answer": True}]
+
+
+@needs_node
+@pytest.mark.parametrize(
+    ("mode", "status", "error_code", "outcome"),
+    [
+        ("echo", 200, 0, "success"),
+        ("wrong", 200, 0, "invalid"),
+        ("echo", 503, 0, "http_error"),
+        ("echo", 0, 1050, "timeout"),  # k6: request timeout
+        ("echo", 0, 1211, "timeout"),  # k6: dial timeout
+        ("echo", 0, 1212, "connect_error"),  # k6: connection refused
+    ],
+)
+def test_each_request_adds_the_series_the_recording_rules_read(
+    mode: str, status: int, error_code: int, outcome: str, tmp_path: Path
+) -> None:
+    """Per request: its outcome (the generator's), its latency in every cumulative bucket
+    from its own up (the generator's bounds and `le` labels), and the target rate; the
+    names are k6series's, which its recording rules read as k6_<name>_total / k6_<name>."""
+    items = Route(path="/items/{id}", name="items", expect_json_id=True)
+    profile = LoadProfile(rate=10, id_range=(10, 19), routes=[items], **UNIFORM)
+    script = render_k6_script(profile, "http://svc:8080/")
+    out = _node_run(
+        script,
+        tmp_path,
+        random=0.55,
+        status=status,
+        mode=mode,
+        ident=15,
+        stub={"STUB_MS": "30", "STUB_ERROR_CODE": str(error_code)},
+    )
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    for a in out["added"]:
+        by_metric.setdefault(a["metric"], []).append(a)
+    [req] = by_metric[k6series.REQUESTS_METRIC]
+    assert req["type"] == "Counter"
+    assert req["value"] == 1
+    assert req["tags"] == {"route": "items", "outcome": outcome}
+    buckets = by_metric[k6series.BUCKET_METRIC]
+    assert {b["type"] for b in buckets} == {"Counter"}
+    assert all(b["value"] == 1 and b["tags"]["route"] == "items" for b in buckets)
+    # 30 ms: every bound from 0.05 s up, +Inf included; not 0.025 s and below
+    assert [b["tags"]["le"] for b in buckets] == [
+        le for bound, le in k6series.bucket_bounds() if bound >= 0.03
+    ]
+    [rate] = by_metric[k6series.TARGET_RATE_METRIC]
+    assert (rate["type"], rate["value"]) == ("Gauge", 10)
+
+
+def test_k6_job_writes_to_prometheus_with_whose_tags() -> None:
+    tags = k6series.job_tags("demo", "inc-1", "latency-cache-stampede")
+    job = render_k6_job(
+        "l", "demo", PROFILES[1], "http://s:1", "cm",
+        remote_write_url="http://prometheus.sreforge-system.svc:9090/api/v1/write", tags=tags,
+    )  # fmt: skip
+    [c] = _pod(job)["containers"]
+    args = c["args"]
+    assert args[0] == "run"
+    assert args[-1] == f"/scripts/{SCRIPT_KEY}"
+    assert args[args.index("--out") + 1] == "experimental-prometheus-rw"
+    given_tags = [args[i + 1] for i, a in enumerate(args) if a == "--tag"]
+    assert given_tags == [
+        "incident=inc-1",
+        "namespace=demo",
+        "sreforge_scenario=latency-cache-stampede",
+    ]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["K6_PROMETHEUS_RW_SERVER_URL"] == (
+        "http://prometheus.sreforge-system.svc:9090/api/v1/write"
+    )
+    assert env["K6_PROMETHEUS_RW_PUSH_INTERVAL"] == "1s"
+    assert env["K6_PROMETHEUS_RW_STALE_MARKERS"] == "true"
+    # without a receiver, no output: k6 prints its summary only
+    plain = render_k6_job("l", "demo", PROFILES[1], "http://s:1", "cm")
+    assert "--out" not in _pod(plain)["containers"][0]["args"]
 
 
 def test_ids_beyond_js_safe_integers_are_refused() -> None:

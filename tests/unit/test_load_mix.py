@@ -124,6 +124,39 @@ def test_a_profile_round_trips_through_its_json() -> None:
     assert LoadProfile.model_validate_json(load.model_dump_json()) == load
 
 
+def test_a_k6_load_without_a_prometheus_is_refused_naming_the_field() -> None:
+    incident = {
+        "metadata": {"name": "inc", "namespace": "ns", "uid": "u-1"},
+        "spec": {"scenario": "latency-cache-stampede"},
+    }
+    with pytest.raises(ValueError, match=r"spec\.prometheusURL"):
+        render_load(incident, load_scenario(MIXED).load, "http://c:1", "k6", OperatorConfig())
+
+
+def test_the_k6_job_writes_to_the_incidents_prometheus_tagged_with_whose_it_is() -> None:
+    incident = {
+        "metadata": {"name": "inc", "namespace": "ns", "uid": "u-1"},
+        "spec": {"scenario": "latency-cache-stampede"},
+    }
+    cfg = OperatorConfig()
+    objs = render_load(
+        incident,
+        load_scenario(MIXED).load,
+        "http://c:1",
+        "k6",
+        cfg,
+        prometheus_url="http://p:9090/",
+    )
+    job = next(o for o in objs if o["metadata"]["name"] == "inc-load")
+    [box] = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in box["env"]}
+    assert env["K6_PROMETHEUS_RW_SERVER_URL"] == "http://p:9090/api/v1/write"
+    args = box["args"]
+    tags = {args[i + 1] for i, a in enumerate(args) if a == "--tag"}
+    # the labels the recording rules keep: whose load, in the operator's scope
+    assert tags == {"namespace=ns", "incident=inc", "sreforge_scenario=latency-cache-stampede"}
+
+
 def test_the_prober_is_rendered_beside_the_load_with_one_id_layout() -> None:
     incident = {
         "metadata": {"name": "inc", "namespace": "ns", "uid": "u-1"},
@@ -131,7 +164,10 @@ def test_the_prober_is_rendered_beside_the_load_with_one_id_layout() -> None:
     }
     load = load_scenario(MIXED).load
     for runner in ("generator", "k6"):
-        objs = render_load(incident, load, "http://catalog:8080", runner, OperatorConfig())
+        cfg = OperatorConfig()
+        objs = render_load(
+            incident, load, "http://catalog:8080", runner, cfg, prometheus_url="http://prom:9090"
+        )
         jobs = [o for o in objs if o["kind"] == "Job"]
         assert [j["metadata"]["name"] for j in jobs] == ["inc-load", "inc-probe"]
         apps = [j["spec"]["template"]["metadata"]["labels"]["app"] for j in jobs]

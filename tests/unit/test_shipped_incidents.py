@@ -3,8 +3,10 @@
 Each scenario's incident.yaml and every Incident of manifests/examples/ names a scenario
 that exists, and a load runner whose series that scenario's rules read: an Incident whose
 load no rule reads never sees its alert fire (AlertNeverFired) and its delivered load is
-unknown to the oracle. Today that is the built-in generator: k6 reports through its own
-outputs, and no rule reads them until k6 gets recording rules.
+unknown to the oracle. The built-in generator's series are scraped; a k6 Job's are written
+to Prometheus by k6's remote-write output and become the generator's names through the
+chart's k6 recording rules (sreforge.load.k6series), so a rule reading one of those reads
+either runner.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 import yaml
 
 from sreforge.api.resources import IncidentSpec, LoadRunner
+from sreforge.load import k6series
 from sreforge.load.metrics import LoadMetrics
 from sreforge.scenarios import load_scenario
 
@@ -36,6 +39,12 @@ def builtin_series() -> set[str]:
     return {s.name for family in LoadMetrics().registry.collect() for s in family.samples}
 
 
+def k6_recorded() -> set[str]:
+    """The series a k6 Job's results become: the k6 recording rules' outputs."""
+    groups = k6series.recording_rules()["groups"]
+    return {r["record"] for g in groups for r in g["rules"]}
+
+
 def names_in_rules(rules_file: Path) -> set[str]:
     """Every name in the expressions of `rules_file` (series, functions, labels alike)."""
     rules = yaml.safe_load(rules_file.read_text())
@@ -53,7 +62,7 @@ def series_read(runner: str, rules_file: Path) -> set[str]:
     if runner == "builtin":
         return names & builtin_series()
     if runner == "k6":
-        return {n for n in names if n.startswith(K6_PREFIX)}
+        return (names & k6_recorded()) | {n for n in names if n.startswith(K6_PREFIX)}
     raise AssertionError(f"a runner this test does not know: {runner}")
 
 
@@ -93,29 +102,30 @@ def test_shipped_incident_names_a_scenario_and_a_runner_its_rules_read(
     assert load_named <= builtin_series(), load_named - builtin_series()
 
 
+def _rules(tmp_path: Path, expr: str) -> Path:
+    path = tmp_path / "rules.yml"
+    rule = {"record": "x:y", "expr": expr}
+    path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [rule]}]}))
+    return path
+
+
 def test_the_check_tells_the_runners_apart(tmp_path: Path) -> None:
-    """A rule set reading k6's remote-write series passes for k6 and not for the built-in
-    generator; one reading the generator's passes for it and not for k6."""
-    k6_rules = tmp_path / "k6.yml"
-    k6_rules.write_text(
-        yaml.safe_dump(
-            {
-                "groups": [
-                    {
-                        "name": "g",
-                        "rules": [
-                            {
-                                "record": "sreforge_load_requests:rate10s",
-                                "expr": "sum(rate(k6_http_reqs_total[10s]))",
-                            }
-                        ],
-                    }
-                ]
-            }
-        )
-    )
+    """A rule on k6's own remote-write names reads k6 only; one on a generator series the
+    k6 rules do not record (its in-flight gauge) reads the generator only; the shipped
+    rules read both (the k6 recording rules give k6 the generator's names)."""
+    k6_rules = _rules(tmp_path, "sum(rate(k6_http_reqs_total[10s]))")
     assert series_read("k6", k6_rules) == {"k6_http_reqs_total"}
     assert series_read("builtin", k6_rules) == set()
+    gauge_rules = _rules(tmp_path, "max(sreforge_load_in_flight) > 10")
+    assert series_read("builtin", gauge_rules) == {"sreforge_load_in_flight"}
+    assert series_read("k6", gauge_rules) == set()
     shipped = SCENARIOS / "latency-cache-stampede" / "rules.yml"
     assert "sreforge_load_request_duration_seconds_bucket" in series_read("builtin", shipped)
-    assert series_read("k6", shipped) == set()
+    assert "sreforge_load_request_duration_seconds_bucket" in series_read("k6", shipped)
+
+
+def test_every_scenario_reads_load_series_the_k6_rules_record() -> None:
+    """Each bundled scenario's rules read at least one series the k6 runner's recording
+    rules give it: an Incident of any of them may choose loadRunner k6."""
+    for rules in sorted(SCENARIOS.glob("*/rules.yml")):
+        assert series_read("k6", rules), f"{rules}: reads no series a k6 Job's results become"

@@ -58,6 +58,10 @@ rule_files:
   # prometheus.rules (verbatim) and each scenario's, one file each
   - rules/*.yml
   - rules/scenarios/*.yml
+  # the k6 runner's recording rules: its remote-write series as the generator's
+  - rules/runners/*.yml
+  # the target's memory from the kubelet's cAdvisor, as the local harness names it
+  - rules/cluster/*.yml
 scrape_configs:
   - job_name: kubernetes-pods
     kubernetes_sd_configs:
@@ -102,4 +106,31 @@ scrape_configs:
         action: replace
         regex: (.+)
         target_label: scenario
+{{- if .Values.prometheus.cadvisor.enabled }}
+  # the kubelet's cAdvisor through the API server's node proxy: containers' working set
+  # (rules/cluster/target-memory.yml gives it the Incident's labels and the harness's name)
+  - job_name: kubernetes-cadvisor
+    scrape_interval: {{ .Values.prometheus.cadvisor.interval }}
+    scrape_timeout: {{ .Values.prometheus.cadvisor.timeout }}
+    scheme: https
+    authorization:
+      credentials_file: /var/run/secrets/kubernetes.io/serviceaccount/token
+    tls_config:
+      ca_file: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+    kubernetes_sd_configs:
+      - role: node
+    relabel_configs:
+      - target_label: __address__
+        replacement: kubernetes.default.svc:443
+      - source_labels: [__meta_kubernetes_node_name]
+        regex: (.+)
+        target_label: __metrics_path__
+        replacement: /api/v1/nodes/$1/proxy/metrics/cadvisor
+      - source_labels: [__meta_kubernetes_node_name]
+        target_label: node
+    metric_relabel_configs:
+      - source_labels: [__name__]
+        regex: container_memory_working_set_bytes
+        action: keep
+{{- end }}
 {{- end -}}

@@ -2,14 +2,13 @@
 
 Pure functions: they build strings and manifest dicts and do no I/O.
 
-Metrics: k6 reports through its own outputs (its end-of-test summary, ``--out``
-backends, ``http_reqs``/``dropped_iterations``...), not as the Prometheus-scraped
-``sreforge_load_*`` client series that scenario alert rules evaluate. When those series
-are required, as they are whenever the oracle checks an alert against delivered load,
-the harness runs the built-in generator instead: :func:`render_generator_job` (the same
-constant-arrival-rate semantics, ``python -m sreforge.load`` from the operator image,
-``/metrics`` on the port named ``metrics``, 9100). The k6 Job is for clusters where a
-k6 run is wanted as such (e.g. to cross-check the built-in generator).
+Metrics: the built-in generator (:func:`render_generator_job`, ``python -m sreforge.load``
+from the operator image) serves the ``sreforge_load_*`` series that scenario alert rules
+and the oracle read on ``/metrics`` (port ``metrics``, 9100), scraped. A k6 Job writes its
+results with k6's Prometheus remote-write output into the Incident's Prometheus instead:
+the script counts outcomes and latency buckets with k6 custom metrics, and the recording
+rules of :mod:`sreforge.load.k6series` give them the generator's names, so either runner's
+traffic fires and clears the same alerts.
 """
 
 from __future__ import annotations
@@ -20,11 +19,12 @@ import secrets
 from typing import Any
 
 from sreforge.api.scenario import KNOWN_ANSWER_ATTEMPTS, KNOWN_ANSWER_PARALLEL, LoadProfile
+from sreforge.load import k6series
 from sreforge.load.command import generator_argv
 from sreforge.load.identity import CLIENTS, LANGUAGES
 from sreforge.load.popularity import Popularity
 
-K6_IMAGE = "grafana/k6:0.54.0"
+K6_IMAGE = f"grafana/k6:{k6series.K6_VERSION}"
 K6_UID = 12345  # the `k6` user of the grafana/k6 image
 GENERATOR_UID = 65532
 SCRIPT_KEY = "script.js"
@@ -54,7 +54,7 @@ def k6_options(profile: LoadProfile) -> dict[str, Any]:
         # known answers are learned in setup(): K requests, KNOWN_ANSWER_PARALLEL at a time
         "setupTimeout": "60s",
         "scenarios": {
-            "incident": {
+            k6series.K6_SCENARIO: {
                 "executor": "constant-arrival-rate",
                 "rate": profile.rate,
                 "timeUnit": "1s",
@@ -118,12 +118,14 @@ def render_k6_script(profile: LoadProfile, target_url: str, *, seed: int | None 
     if seed is None:
         seed = secrets.randbelow(2**31)
     routes = _routes(profile, seed)
+    buckets = [[b if b != math.inf else None, le] for b, le in k6series.bucket_bounds()]
     target = target_url.rstrip("/")
     options = json.dumps(k6_options(profile), indent=2)
     return f"""\
 // Rendered by sreforge.load.k6 from a LoadProfile; do not edit by hand.
 import http from 'k6/http';
 import {{ check, randomSeed }} from 'k6';
+import {{ Counter, Gauge }} from 'k6/metrics';
 
 const TARGET = (__ENV.SREFORGE_TARGET || {_js(target)}).replace(/\\/+$/, '');
 const ROUTES = {_js(routes)};
@@ -135,6 +137,14 @@ const NEW_VISIT = {_js(profile.new_connection_ratio)};
 const TIMEOUT = {_js(f"{profile.timeout_ms}ms")};
 const PARALLEL = {KNOWN_ANSWER_PARALLEL};
 const ATTEMPTS = {KNOWN_ANSWER_ATTEMPTS};
+const RATE = {_js(profile.rate)};
+// [bound in seconds, its `le` label]: the built-in generator's histogram (sreforge.load.k6series)
+const BUCKETS = {_js(buckets)};
+
+// What the remote-write output sends (k6_<name>_total, k6_<name>): windowable counters
+const REQUESTS = new Counter({_js(k6series.REQUESTS_METRIC)});
+const LATENCY = new Counter({_js(k6series.BUCKET_METRIC)});
+const TARGET_RATE = new Gauge({_js(k6series.TARGET_RATE_METRIC)});
 
 export const options = {options};
 
@@ -298,7 +308,26 @@ export default function (data) {{
       }}
     }};
   }}
-  check(res, checks);
+  const valid = check(res, checks);
+  // the built-in generator's outcomes (sreforge.load.metrics.OUTCOMES); k6 error codes
+  // 1050 (request timeout) and 1211 (dial timeout) are timeouts
+  let outcome = 'success';
+  if (res.status === 0) {{
+    outcome = res.error_code === 1050 || res.error_code === 1211 ? 'timeout' : 'connect_error';
+  }} else if (res.status !== route.expectStatus) {{
+    outcome = 'http_error';
+  }} else if (!valid) {{
+    outcome = 'invalid';
+  }}
+  REQUESTS.add(1, {{ {k6series.ROUTE_TAG}: route.label, {k6series.OUTCOME_TAG}: outcome }});
+  const t = res.timings;
+  const seconds = (t.blocked + t.connecting + t.tls_handshaking + t.duration) / 1000;
+  for (const [bound, le] of BUCKETS) {{
+    if (bound === null || seconds <= bound) {{
+      LATENCY.add(1, {{ {k6series.ROUTE_TAG}: route.label, {k6series.LE_TAG}: le }});
+    }}
+  }}
+  TARGET_RATE.add(RATE);
 }}
 """
 
@@ -396,22 +425,41 @@ def render_k6_job(  # noqa: PLR0917 (the harness's positional interface)
     target_url: str,
     configmap_name: str,
     image: str = K6_IMAGE,
+    *,
+    remote_write_url: str | None = None,
+    tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A batch/v1 Job running the script of ConfigMap ``configmap_name`` with k6.
+
+    ``remote_write_url`` (a Prometheus's ``.../api/v1/write``): k6's remote-write output
+    sends the results there every second, marking its series stale at the end
+    (sreforge.load.k6series names them); ``tags``: test-wide tags on every series (whose
+    load it is: k6series.job_tags).
 
     Non-root, read-only root filesystem (``/tmp`` is an emptyDir), no privilege
     escalation, every capability dropped, ``backoffLimit: 0``, and a deadline of the
     duration plus the request timeout plus DEADLINE_MARGIN_SECONDS.
     """
+    args = ["run", "--no-usage-report"]
+    env = [
+        {"name": "SREFORGE_TARGET", "value": target_url.rstrip("/")},
+        {"name": "K6_NO_USAGE_REPORT", "value": "true"},
+    ]
+    if remote_write_url is not None:
+        args += ["--out", k6series.K6_OUTPUT]
+        env += [
+            {"name": "K6_PROMETHEUS_RW_SERVER_URL", "value": remote_write_url},
+            {"name": "K6_PROMETHEUS_RW_PUSH_INTERVAL", "value": k6series.PUSH_INTERVAL},
+            {"name": "K6_PROMETHEUS_RW_STALE_MARKERS", "value": "true"},
+        ]
+    for key, value in sorted((tags or {}).items()):
+        args += ["--tag", f"{key}={value}"]
     container = {
         "name": "k6",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "args": ["run", "--no-usage-report", f"{SCRIPT_DIR}/{SCRIPT_KEY}"],
-        "env": [
-            {"name": "SREFORGE_TARGET", "value": target_url.rstrip("/")},
-            {"name": "K6_NO_USAGE_REPORT", "value": "true"},
-        ],
+        "args": [*args, f"{SCRIPT_DIR}/{SCRIPT_KEY}"],
+        "env": env,
         "securityContext": _container_security(),
         "resources": _resources(profile),
         "volumeMounts": [

@@ -9,27 +9,12 @@ built on it:
     It follows the process swap: after a redeploy it reports the new build's process. While
     no live process is known the series is absent (never a made-up zero).
 
-On Kubernetes the same series name is to be a recording rule (not shipped yet) over the
-kubelet's cAdvisor ``container_memory_working_set_bytes{namespace,pod,container}`` of the
-target Deployment's container. cAdvisor's series carry no Incident, so the rule takes the
-``incident`` label from the pod's own scrape target (``up``, labelled by the scrape config
-from the pod's ``sreforge.dev/incident``), joined on ``(namespace, pod)``::
-
-    - record: sreforge_target_memory_rss_bytes
-      expr: |
-        label_replace(
-          max by (namespace, incident, container) (
-            container_memory_working_set_bytes{container="<name>"}
-            * on (namespace, pod) group_left (incident)
-              max by (namespace, pod, incident) (up{incident!=""})
-          ),
-          "service", "$1", "container", "(.*)"
-        )
-      labels: {job: harness}
-
-so a scenario's rules read the same name in either runtime, and on a shared Prometheus
-each Incident's own (the rules aggregate ``by (namespace, incident)``). Locally there is
-one Prometheus per run and the series has neither label.
+On Kubernetes the same series name is a recording rule of the chart's Prometheus over the
+kubelet's cAdvisor ``container_memory_working_set_bytes`` of the target's pod
+(sreforge.runtime.kube.cadvisor), so a scenario's rules read the same name in either
+runtime, and on a shared Prometheus each Incident's own (the rules aggregate
+``by (namespace, incident)``). Locally there is one Prometheus per run and the series has
+neither label.
 """
 
 from __future__ import annotations

@@ -38,9 +38,17 @@ def _write_atomic(path: Path, text: str) -> None:
 class PrometheusServer:
     """Prometheus on 127.0.0.1 with the scenario's rules and one file_sd job per target."""
 
-    def __init__(self, workdir: Path, rule_files: list[Path], jobs: list[str]) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        rule_files: list[Path],
+        jobs: list[str],
+        flags: tuple[str, ...] = (),
+    ) -> None:
+        """`flags`: more command-line flags (a run's own Prometheus takes none)."""
         self.workdir = workdir
         self.jobs = jobs
+        self.flags = flags
         workdir.mkdir(parents=True, exist_ok=True)
         rules_dir = workdir / "rules"
         rules_dir.mkdir(exist_ok=True)
@@ -100,6 +108,7 @@ class PrometheusServer:
                     f"--web.listen-address=127.0.0.1:{self.port}",
                     "--storage.tsdb.retention.time=1d",
                     "--log.level=warn",
+                    *self.flags,
                 ],
                 log_path=self.workdir / "prometheus.log",
             )

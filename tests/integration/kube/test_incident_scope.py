@@ -61,6 +61,10 @@ def scenario_copy(root: Path, name: str, path: str, rate: int) -> None:
     old = 'name = "latency-cache-stampede"'
     assert old in text, old
     text = text.replace(old, f'name = "{name}"', 1)
+    # the static web server standing for the catalog needs no Redis: none is provisioned
+    deps = 'dependencies = ["redis"]\n'
+    assert deps in text, deps
+    text = text.replace(deps, "", 1)
     start, end = text.index("\n[load]\n"), text.index("\n[verify]\n")
     load = (
         f"\n[load]\nrate = {rate}\nmax_in_flight = 200\ntimeout_ms = 2000\nid_range = [1, 1]\n"

@@ -28,6 +28,8 @@ from sreforge.api.resources import (
     IncidentStatus,
     VerdictSummary,
 )
+from sreforge.load import k6series
+from sreforge.runtime.kube import cadvisor
 from sreforge.runtime.kube.config import OperatorConfig
 from sreforge.runtime.kube.render import render_ci_job, render_load
 from sreforge.runtime.process import Managed, free_port
@@ -640,6 +642,14 @@ def test_agent_role_grants_submissions_and_nothing_else(
 # ---------------------------------------------------------------- bundled Prometheus
 PROM_NS = "sreforge-helm-prom"
 SCENARIOS = sorted(p.parent.name for p in (REPO_ROOT / "scenarios").glob("*/rules.yml"))
+# the k6 runner's recording rules and the cAdvisor memory rule, as the Prometheus pod mounts
+# them: loaded whatever the scenarios
+K6_RULES = "rules/runners/k6.yml"
+MEMORY_RULES = "rules/cluster/target-memory.yml"
+
+
+def _always() -> dict[str, str]:
+    return {K6_RULES: k6series.rules_yaml(), MEMORY_RULES: cadvisor.rules_yaml()}
 
 
 def _prometheus_docs(helm: Any, *args: str) -> list[dict[str, Any]]:
@@ -686,7 +696,10 @@ def test_bundled_prometheus_is_accepted_by_the_server(crds: ControlPlane, helm: 
     assert service["metadata"]["name"] == "prometheus"
     assert service["spec"]["ports"][0]["port"] == 9090
     assert _one(docs, "ClusterRole")["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        # the kubelets' cAdvisor through the API server's node proxy (prometheus.cadvisor)
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]},
     ]
     pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -719,10 +732,18 @@ def test_bundled_prometheus_loads_every_bundled_scenarios_rules_by_default(helm:
     docs = _prometheus_docs(helm)
     config = yaml.safe_load(_one(docs, "ConfigMap")["data"]["prometheus.yml"])
     # relative to the mounted config file: the verbatim file, then one per scenario
-    assert config["rule_files"] == ["rules/*.yml", "rules/scenarios/*.yml"]
+    assert config["rule_files"] == [
+        "rules/*.yml",
+        "rules/scenarios/*.yml",
+        "rules/runners/*.yml",
+        "rules/cluster/*.yml",
+    ]
     assert _rule_files(docs) == {
-        f"rules/scenarios/{s}.yml": (REPO_ROOT / "scenarios" / s / "rules.yml").read_text()
-        for s in SCENARIOS
+        **{
+            f"rules/scenarios/{s}.yml": (REPO_ROOT / "scenarios" / s / "rules.yml").read_text()
+            for s in SCENARIOS
+        },
+        **_always(),
     }
 
 
@@ -730,7 +751,10 @@ def test_bundled_prometheus_loads_every_bundled_scenarios_rules_by_default(helm:
 def test_bundled_prometheus_loads_the_scenarios_listed(helm: Any, scenario: str) -> None:
     docs = _prometheus_docs(helm, "--set", f"prometheus.scenarios={{{scenario}}}")
     rules_file = REPO_ROOT / "scenarios" / scenario / "rules.yml"
-    assert _rule_files(docs) == {f"rules/scenarios/{scenario}.yml": rules_file.read_text()}
+    assert _rule_files(docs) == {
+        f"rules/scenarios/{scenario}.yml": rules_file.read_text(),
+        **_always(),
+    }
     # a changed rule set rolls the pod
     other = next(s for s in SCENARIOS if s != scenario)
     again = _prometheus_docs(helm, "--set", f"prometheus.scenarios={{{scenario},{other}}}")
@@ -812,7 +836,18 @@ def test_bundled_prometheus_config_and_rules_pass_promtool(helm: Any, tmp_path: 
     docs = _prometheus_docs(helm, "--set-file", f"prometheus.rules={custom}")
     config = yaml.safe_load(_one(docs, "ConfigMap")["data"]["prometheus.yml"])
     rule_files = _rule_files(docs)
-    assert len(rule_files) == len(SCENARIOS) + 1
+    assert len(rule_files) == len(SCENARIOS) + 3  # the verbatim file, k6's and memory's
+    # the cAdvisor job reads the pod's ServiceAccount token and CA (promtool wants them)
+    secrets = tmp_path / "serviceaccount"
+    secrets.mkdir()
+    (cadvisor_job,) = [
+        j for j in config["scrape_configs"] if j["job_name"] == cadvisor.CADVISOR_JOB
+    ]
+    for key, where in (("authorization", "credentials_file"), ("tls_config", "ca_file")):
+        path = Path(cadvisor_job[key][where])
+        assert path.parent == Path("/var/run/secrets/kubernetes.io/serviceaccount"), path
+        (secrets / path.name).write_text("x")
+        cadvisor_job[key][where] = str(secrets / path.name)
     etc = tmp_path / "etc"
     config_file = _write_prometheus_dir(etc, config, rule_files)
     checks = {
@@ -845,11 +880,30 @@ def test_bundled_prometheus_refuses_rules_it_does_not_have(helm: Any, tmp_path: 
     beside = _prometheus_docs(helm, "--set-file", f"prometheus.rules={custom}")
     files = _rule_files(beside)
     assert files.pop("rules/rules.yml") == "groups: []\n"
+    assert files.pop(K6_RULES) == k6series.rules_yaml()
+    assert files.pop(MEMORY_RULES) == cadvisor.rules_yaml()
     assert sorted(files) == [f"rules/scenarios/{s}.yml" for s in SCENARIOS]
     alone = _prometheus_docs(
         helm, "--set", "prometheus.scenarios=null", "--set-file", f"prometheus.rules={custom}"
     )
-    assert _rule_files(alone) == {"rules/rules.yml": "groups: []\n"}
+    assert _rule_files(alone) == {
+        "rules/rules.yml": "groups: []\n",
+        **_always(),
+    }
+
+
+def test_bundled_prometheus_receives_k6_remote_writes_only_when_told_to(helm: Any) -> None:
+    """loadRunner k6 writes to the Incident's Prometheus: the chart's accepts remote writes
+    with prometheus.remoteWriteReceiver=true, and not by default (any pod reaching it could
+    write made-up load figures)."""
+    flag = "--web.enable-remote-write-receiver"
+    on_docs = _prometheus_docs(helm, "--set", "prometheus.remoteWriteReceiver=true")
+    (on,) = _one(on_docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert flag in on["args"]
+    off_docs = _prometheus_docs(helm)
+    (off,) = _one(off_docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert flag not in off["args"]
+    assert [a for a in on["args"] if a != flag] == off["args"]
 
 
 SD_NS = "sreforge-prom-sd"
@@ -892,7 +946,14 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
     prometheus, promtool = crds.bin_dir / "prometheus", crds.bin_dir / "promtool"
     if not (os.access(prometheus, os.X_OK) and os.access(promtool, os.X_OK)):
         pytest.skip(f"prometheus is not built; build it with: {BUILD_COMMAND}")
-    docs = _prometheus_docs(helm, "--set", f"prometheus.namespaces={{{SD_NS}}}")
+    # the pods' job alone (cAdvisor's needs the in-cluster token and kubelets: kwok has none)
+    docs = _prometheus_docs(
+        helm,
+        "--set",
+        f"prometheus.namespaces={{{SD_NS}}}",
+        "--set",
+        "prometheus.cadvisor.enabled=false",
+    )
     config = yaml.safe_load(_one(docs, "ConfigMap")["data"]["prometheus.yml"])
     (job,) = config["scrape_configs"]
     (sd,) = job["kubernetes_sd_configs"]
@@ -1025,6 +1086,12 @@ def test_bundled_prometheus_discovers_pods_and_labels_them_like_the_harness(
                 for g in rules["groups"]
                 for r in g["rules"]
             ]
+        # and the k6 runner's recording rules (the memory rule goes with prometheus.cadvisor)
+        expected += [
+            (K6_RULES, g["name"], r["record"])
+            for g in k6series.recording_rules()["groups"]
+            for r in g["rules"]
+        ]
         assert sorted(loaded) == sorted(expected)
         assert len({(g["file"], g["name"]) for g in groups}) == len(groups)
         assert len({g["name"] for g in groups}) < len(groups)  # names do repeat

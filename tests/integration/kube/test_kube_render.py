@@ -91,7 +91,14 @@ def test_the_targets_pods_carry_the_incident_while_it_runs_and_lose_it_after() -
     assert dep["spec"]["template"]["metadata"]["labels"] == labels  # the input is not changed
     # the load's pods, the prober's (either runner) and the CI's carry the same labels
     for runner in ("builtin", "k6"):
-        objs = render.render_load(INCIDENT, SCENARIO.load, "http://catalog:8080", runner, CFG)
+        objs = render.render_load(
+            INCIDENT,
+            SCENARIO.load,
+            "http://catalog:8080",
+            runner,
+            CFG,
+            prometheus_url="http://prom:9090",
+        )
         jobs = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Job"}
         assert sorted(jobs) == sorted([render.load_job_name("inc"), render.probe_job_name("inc")])
         for name, app in (

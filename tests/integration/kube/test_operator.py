@@ -600,6 +600,23 @@ def test_deleting_the_incident_collects_its_children(env: dict[str, Any]) -> Non
     cms = env["core"].list_namespaced_config_map(NS, label_selector=sel).items
     assert [c.metadata.name for c in cms] == ["inc-d-k6-script"]
     assert cms[0].metadata.owner_references[0].name == "inc-d"
+    # k6 writes its results to the Incident's Prometheus, tagged with whose they are
+    k6 = env["batch"].read_namespaced_job("inc-d-load", NS).spec.template.spec.containers[0]
+    k6_env = {e.name: e.value for e in k6.env}
+    assert k6_env["K6_PROMETHEUS_RW_SERVER_URL"] == env["prom"].url + "/api/v1/write"
+    assert "--out" in k6.args
+    assert "incident=inc-d" in k6.args
+    # the scenario's Redis (dependencies = ["redis"]): the Incident's, and the target's URL
+    for kind, read in (
+        ("Deployment", env["apps"].read_namespaced_deployment),
+        ("Service", env["core"].read_namespaced_service),
+    ):
+        owner = read("inc-d-redis", NS).metadata.owner_references[0]
+        assert (owner.kind, owner.name) == ("Incident", "inc-d"), kind
+    box = env["apps"].read_namespaced_deployment("catalog-d", NS).spec.template.spec.containers[0]
+    assert {e.name: e.value for e in box.env or []}["REDIS_URL"] == (
+        f"redis://inc-d-redis.{NS}.svc:6379/0"
+    )
     submit(env, "sub-d", "inc-d", "")
     queued = wait_cond(env, "submissions", "sub-d", "Accepted")
     assert queued["reason"] == "Queued", queued
@@ -617,15 +634,19 @@ def test_deleting_the_incident_collects_its_children(env: dict[str, Any]) -> Non
         ),
     )
     wait_for(
-        "the garbage collector to delete the load Job and the script ConfigMap",
+        "the garbage collector to delete the load Job, the script ConfigMap and the Redis",
         lambda: (
             not env["batch"].list_namespaced_job(NS, label_selector=sel).items
             and not env["core"].list_namespaced_config_map(NS, label_selector=sel).items
+            and not env["apps"].list_namespaced_deployment(NS, label_selector=sel).items
+            and not env["core"].list_namespaced_service(NS, label_selector=sel).items
         ),
     )
     # the target gets back the image it had before the injection
     wait_for("catalog-d to be healthy again", lambda: container_image(env, "catalog-d") == HEALTHY)
     assert pod_incident(env, "catalog-d") is None  # its series are no Incident's any more
+    box = env["apps"].read_namespaced_deployment("catalog-d", NS).spec.template.spec.containers[0]
+    assert "REDIS_URL" not in {e.name for e in box.env or []}  # the user's env, as it was
     # the waiting Submission learns it will never be graded
     c = wait_cond(env, "submissions", "sub-d", "Graded")
     assert (c["status"], c["reason"]) == ("False", "IncidentDeleted"), c

@@ -47,7 +47,7 @@ from tests.integration.test_judge import (
     fenced_parts,
 )
 from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin, wait_for
-from tests.standin import StandIn, catalog_image, catalog_tree, operator_image
+from tests.standin import StandIn, catalog_image, catalog_tree, operator_image, redis_image
 
 from sreforge.api.resources import GROUP, VERSION
 from sreforge.loop import Phase
@@ -78,6 +78,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         HEALTHY: catalog_image(catalog_tree(work / "img-healthy")),
         REGRESSED: catalog_image(catalog_tree(work / "img-regressed", SCENARIO.regression_path)),
         OPERATOR_IMAGE: operator_image(REPO_ROOT),
+        # the scenario's Redis (dependencies = ["redis"]), which the operator provisions
+        "sreforge/redis:7": redis_image(work / "img-redis"),
     }
     with (
         ControlPlane(bin_dir, work / "kube", kwok=False) as cp,

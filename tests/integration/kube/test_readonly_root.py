@@ -95,7 +95,14 @@ def _pod_specs() -> dict[str, dict[str, Any]]:
         ],
     }
     for runner in ("builtin", "k6"):
-        objs = render.render_load(INCIDENT, SCENARIO.load, "http://catalog:8080", runner, CFG)
+        objs = render.render_load(
+            INCIDENT,
+            SCENARIO.load,
+            "http://catalog:8080",
+            runner,
+            CFG,
+            prometheus_url="http://prom:9090",
+        )
         job = next(o for o in objs if o["kind"] == "Job")
         specs[f"load-{runner}"] = job["spec"]["template"]["spec"]
     return specs

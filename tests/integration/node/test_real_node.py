@@ -242,6 +242,23 @@ def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
     assert pods
     assert all(p["status"]["phase"] == "Running" for p in pods)
     print(f"creation -> AwaitingSubmission: {fired_after:.1f}s")
+    # the scenario's Redis, the operator's, owned by the Incident; the catalog points at it
+    # and reaches it through its Service by name
+    redis = kubectl_json(cluster, "get", "deploy", "-n", DEMO_NS, f"{INCIDENT}-redis")
+    assert redis["status"].get("readyReplicas") == 1
+    [owner] = redis["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("Incident", INCIDENT)
+    env = {
+        e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["REDIS_URL"] == f"redis://{INCIDENT}-redis.{DEMO_NS}.svc:6379/0"
+    redis_host = f"{INCIDENT}-redis"
+    ping = (
+        f"import socket; s = socket.create_connection(('{redis_host}', 6379), timeout=5); "
+        "s.sendall(b'PING\\r\\n'); print(s.recv(16))"
+    )
+    out = cluster.kubectl("exec", "-n", DEMO_NS, "deploy/catalog", "--", "python", "-c", ping)
+    assert "+PONG" in out.stdout, out.stdout + out.stderr
 
     submit(cluster, "empty", "")
     empty = graded(cluster, "empty", timeout=420)
@@ -304,6 +321,21 @@ def test_two_incidents_of_two_scenarios_on_one_prometheus(demo: LocalCluster) ->
     cluster = demo
     # the first test's Incident, deleted, gives its catalog back (nothing else runs there)
     cluster.kubectl("delete", "incident", "-n", DEMO_NS, INCIDENT, "--timeout=120s", check=False)
+    # ... without the Redis URL it put there; its Redis goes with it (garbage collector)
+    dep = kubectl_json(cluster, "get", "deploy", "-n", DEMO_NS, "catalog")
+    env = dep["spec"]["template"]["spec"]["containers"][0].get("env") or []
+    assert "REDIS_URL" not in {e["name"] for e in env}, env
+    wait_for(
+        "the Incident's Redis to be garbage-collected",
+        lambda: (
+            cluster.kubectl(
+                "get", "deploy", "-n", DEMO_NS, f"{INCIDENT}-redis", check=False
+            ).returncode
+            != 0
+        ),
+        timeout=120,
+        interval=2,
+    )
     pool = load_scenario(REPO_ROOT / "scenarios" / "errors-connection-pool-leak")
     cases = {"pair-a": (SCENARIO, FIX.read_text(), True), "pair-b": (pool, "", False)}
     for ns in cases:

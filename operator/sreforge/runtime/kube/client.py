@@ -218,13 +218,18 @@ class Kube:
         return True
 
     def create(self, obj: dict[str, Any]) -> None:
-        """Create a Job or ConfigMap; an existing one of the same name is kept (idempotent)."""
+        """Create a Job, ConfigMap, Deployment or Service; an existing one of the same name is
+        kept (idempotent)."""
         ns = obj["metadata"]["namespace"]
         try:
             if obj["kind"] == "Job":
                 self.batch.create_namespaced_job(ns, obj)
             elif obj["kind"] == "ConfigMap":
                 self.core.create_namespaced_config_map(ns, obj)
+            elif obj["kind"] == "Deployment":
+                self.apps.create_namespaced_deployment(ns, obj)
+            elif obj["kind"] == "Service":
+                self.core.create_namespaced_service(ns, obj)
             else:
                 raise KubeError(f"cannot create kind {obj['kind']}")
         except self._exc as exc:

@@ -34,6 +34,13 @@ from sreforge.runtime.kube.config import (
     effective_load,
     effective_verify,
 )
+from sreforge.runtime.kube.dependencies import (
+    as_entries,
+    env_entries,
+    render_dependencies,
+    target_env,
+    with_env,
+)
 from sreforge.runtime.kube.intake import VettedPatch, next_queued, read_vetted, refuse_queued
 from sreforge.runtime.kube.prerequisites import (
     UNREACHABLE,
@@ -101,6 +108,8 @@ class IncidentRun:
         self.target = self.spec.target_deployment or self.scenario.service.name
         # what the target's pods carry while the Incident runs (render.overlay_template)
         self._labels = {"incident": self.name, "scenario": self.spec.scenario}
+        # ... and what its container gets: the URLs of the Incident's own dependencies
+        self._dep_env = as_entries(target_env(incident, self.scenario))
         url = self.spec.prometheus_url or cfg.prometheus_url
         self.prometheus_url = url
         self.telemetry = (
@@ -310,15 +319,18 @@ class IncidentRun:
             self.p.baseline_image = box.get("image")
             self.p.baseline_workdir = box.get("workingDir")
             self.p.baseline_labels = dict(dep["spec"]["template"]["metadata"].get("labels") or {})
+            self.p.baseline_env = env_entries(dep, svc, list(self._dep_env))
             # in status before the image changes: an operator that dies after the swap must
             # not take the regressed image for the baseline when it resumes
             self._persist()
         url = self.kube.service_url(self.target_ns, self.target)  # fail before changing anything
+        self._start_dependencies()
 
         def swap(d: dict[str, Any]) -> dict[str, Any]:
-            return overlay_template(
+            out = overlay_template(
                 d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
             )
+            return with_env(out, svc, self._dep_env)
 
         self.kube.mutate_deployment(self.target_ns, self.target, swap)
         failpoint.reached("applied:inject")
@@ -326,12 +338,34 @@ class IncidentRun:
             self.target_ns, self.target, self.scenario.service.deploy_timeout_seconds, self._stop
         )
         profile = effective_load(self.scenario, self.spec)
-        for obj in render_load(self.incident, profile, url, self.spec.load_runner, self.cfg):
+        for obj in render_load(
+            self.incident,
+            profile,
+            url,
+            self.spec.load_runner,
+            self.cfg,
+            prometheus_url=self.prometheus_url,
+        ):
             self.kube.create(obj)
         timeout = self.scenario.service.deploy_timeout_seconds
         if not self.kube.wait_started(self.ns, load_job_name(self.name), timeout, self._stop):
             self.log.warning(f"the load Job's pod has not started within {timeout}s")
         return loop.Injected(t=time.time())
+
+    def _start_dependencies(self) -> None:
+        """The scenario's Redis and upstreams in the Incident's namespace (owned by it), up
+        before the target is pointed at them; one that cannot start is a harness fault."""
+        objs = render_dependencies(self.incident, self.scenario, self.cfg)
+        for obj in objs:
+            self.kube.create(obj)
+        for obj in objs:
+            if obj["kind"] == "Deployment":
+                self.kube.wait_rollout(
+                    self.ns,
+                    obj["metadata"]["name"],
+                    self.scenario.service.deploy_timeout_seconds,
+                    self._stop,
+                )
 
     def hand_off(self) -> None:
         brief = self.scenario.brief_path.read_text(encoding="utf-8")  # never root_cause.md
@@ -425,7 +459,7 @@ class IncidentRun:
             )
 
         def overlay(d: dict[str, Any]) -> dict[str, Any]:
-            return overlay_template(
+            out = overlay_template(
                 d,
                 svc,
                 self.cfg,
@@ -435,6 +469,7 @@ class IncidentRun:
                 list(self.scenario.protected),
                 **self._labels,
             )
+            return with_env(out, svc, self._dep_env)
 
         main = target_container(self.kube.get_deployment(self.target_ns, self.target), svc)
         try:
@@ -517,9 +552,10 @@ class IncidentRun:
             return  # nothing was changed
 
         def base(d: dict[str, Any]) -> dict[str, Any]:
-            return overlay_template(
+            out = overlay_template(
                 d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
             )
+            return with_env(out, svc, self._dep_env)
 
         dep = self.kube.get_deployment(self.target_ns, self.target)
         if base(dep)["spec"] != dep["spec"]:
@@ -597,7 +633,8 @@ def restore_on_delete(kube: Kube, run: IncidentRun) -> None:
         meta["labels"] = {
             k: v for k, v in labels.items() if k in keep or not k.startswith(RUN_LABEL_PREFIX)
         }
-        return out
+        # the env the dependencies replaced, as it was (their objects go with the Incident)
+        return with_env(out, svc, run.p.baseline_env) if run.p.baseline_env else out
 
     if kube.find_deployment(run.target_ns, run.target) is None:
         return  # deleted by its owner: nothing to give back

@@ -11,7 +11,7 @@ from typing import Any
 
 from sreforge.api.resources import GROUP, VERSION
 from sreforge.api.scenario import LoadProfile, Scenario
-from sreforge.load import k6
+from sreforge.load import k6, k6series
 from sreforge.runtime import ci
 from sreforge.runtime.kube.config import (
     CI_MARGIN_SECONDS,
@@ -129,6 +129,8 @@ def render_load(
     target_url: str,
     runner: str,
     cfg: OperatorConfig,
+    *,
+    prometheus_url: str | None = None,
 ) -> list[dict[str, Any]]:
     """The load's objects: [Job] for the built-in generator, [ConfigMap, Job] for k6, then
     the independent prober's Job (the built-in generator as `--series probe`, pods labelled
@@ -136,7 +138,8 @@ def render_load(
 
     The pods carry `app: loadgen` (the prober's `app: prober`), the Incident and its
     scenario (SCENARIO_LABEL) and Prometheus scrape annotations; the built-in generator
-    listens on $PORT when the node sets it (contract.md item 3), else on 9100.
+    listens on $PORT when the node sets it (contract.md item 3), else on 9100. k6 writes
+    to `prometheus_url`'s remote-write receiver instead (k6_remote_write_url).
     """
     name = incident["metadata"]["name"]
     ns = incident["metadata"]["namespace"]
@@ -147,7 +150,15 @@ def render_load(
         cm_name = child_name(name, "k6-script")
         cm = k6.render_k6_configmap(cm_name, ns, profile, target_url, seed=ids_seed)
         objs.append(_adopt(cm, incident, "load"))
-        job = k6.render_k6_job(job_name, ns, profile, target_url, cm_name)
+        job = k6.render_k6_job(
+            job_name,
+            ns,
+            profile,
+            target_url,
+            cm_name,
+            remote_write_url=k6_remote_write_url(prometheus_url),
+            tags=k6series.job_tags(ns, name, incident["spec"]["scenario"]),
+        )
     else:
         job = _generator_job(job_name, ns, profile, target_url, cfg, ids_seed, probe=False)
     for box in job["spec"]["template"]["spec"]["containers"]:
@@ -167,6 +178,14 @@ def render_load(
     tmpl_labels["app"] = "prober"
     objs.append(probe)
     return objs
+
+
+def k6_remote_write_url(prometheus_url: str | None) -> str:
+    """Where a k6 Job writes: the Incident's Prometheus's remote-write receiver (the
+    recording rules of sreforge.load.k6series turn k6's series into the generator's)."""
+    if not prometheus_url:
+        raise ValueError("loadRunner k6 writes to Prometheus: set spec.prometheusURL")
+    return prometheus_url.rstrip("/") + k6series.REMOTE_WRITE_PATH
 
 
 def _set_home(box: dict[str, Any]) -> None:

@@ -222,6 +222,8 @@ class Persisted:
     baseline_workdir: str | None = None
     # the pod template's labels before the injection: what the run added goes on delete
     baseline_labels: dict[str, str] | None = None
+    # the target container's env entries the dependencies replace (None: it had none)
+    baseline_env: dict[str, dict[str, Any] | None] | None = None
     finished: bool = False
 
     def dump(self) -> dict[str, Any]:
@@ -233,6 +235,7 @@ class Persisted:
             "baselineImage": self.baseline_image,
             "baselineWorkdir": self.baseline_workdir,
             "baselineLabels": self.baseline_labels,
+            "baselineEnv": self.baseline_env,
             "finished": self.finished,
         }
 
@@ -245,6 +248,7 @@ class Persisted:
             baseline_image=data.get("baselineImage"),
             baseline_workdir=data.get("baselineWorkdir"),
             baseline_labels=data.get("baselineLabels"),
+            baseline_env=data.get("baselineEnv"),
             finished=bool(data.get("finished")),
         )
 

@@ -1,0 +1,222 @@
+"""A scenario's dependencies in a cluster: Redis (``dependencies = ["redis"]``) and the
+upstream services its service calls (``[[service.upstreams]]``), each a Deployment and a
+Service in the Incident's namespace, owned by the Incident (the garbage collector removes
+them with it), and the environment that points the target's container at them:
+``REDIS_URL`` and each upstream's ``url_env``, as the local runtime sets them.
+
+Pure: manifests and Deployment edits as dicts. Images are hack/images.sh's:
+``<prefix>redis:7`` and ``<prefix><upstream>:healthy`` (OperatorConfig.image).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from sreforge.api.scenario import Scenario, UpstreamSpec
+from sreforge.runtime.kube.config import (
+    INCIDENT_LABEL,
+    MANAGED,
+    ROLE_LABEL,
+    SCENARIO_LABEL,
+    OperatorConfig,
+)
+from sreforge.runtime.kube.render import (
+    child_name,
+    container_security,
+    owner_reference,
+    pod_security,
+    target_container,
+)
+
+REDIS_PORT = 6379
+REDIS_TAG = "7"
+UPSTREAM_PORT = 8080
+DEPENDENCY_UID = 10001  # the images' own non-root user (hack/images, substrate Dockerfiles)
+REDIS_ENV = "REDIS_URL"
+
+#: A container env entry (``{"name": ..., "value": ...}`` or ``valueFrom``), or None: absent.
+EnvEntry = dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One dependency of an Incident: its objects' name, what it is, and where it answers."""
+
+    name: str  # of its Deployment and Service
+    kind: str  # "redis" or the upstream's name
+    env: str  # the target's environment variable that names it
+    url: str
+
+
+def _role(kind: str) -> str:
+    return f"dependency-{kind}"
+
+
+def dependencies(incident: dict[str, Any], scenario: Scenario) -> list[Dependency]:
+    """The scenario's dependencies for this Incident (in its namespace), in start order."""
+    name = incident["metadata"]["name"]
+    ns = incident["metadata"]["namespace"]
+    svc = scenario.service
+    out = []
+    if "redis" in svc.dependencies:
+        obj = child_name(name, "redis")
+        out.append(Dependency(obj, "redis", REDIS_ENV, f"redis://{obj}.{ns}.svc:{REDIS_PORT}/0"))
+    for up in svc.upstreams:
+        obj = child_name(name, up.name)
+        url = f"http://{obj}.{ns}.svc:{UPSTREAM_PORT}"
+        out.append(Dependency(obj, up.name, up.url_env, url))
+    return out
+
+
+def target_env(incident: dict[str, Any], scenario: Scenario) -> dict[str, str]:
+    """What the target's container gets while the Incident runs: each dependency's URL."""
+    return {d.env: d.url for d in dependencies(incident, scenario)}
+
+
+def _meta(dep: Dependency, incident: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": dep.name,
+        "namespace": incident["metadata"]["namespace"],
+        "labels": _labels(dep, incident),
+        "ownerReferences": [owner_reference(incident)],
+    }
+
+
+def _labels(dep: Dependency, incident: dict[str, Any]) -> dict[str, str]:
+    return {
+        **MANAGED,
+        INCIDENT_LABEL: incident["metadata"]["name"],
+        ROLE_LABEL: _role(dep.kind),
+    }
+
+
+def _deployment(
+    dep: Dependency, incident: dict[str, Any], box: dict[str, Any], annotations: dict[str, str]
+) -> dict[str, Any]:
+    selector = _labels(dep, incident)
+    pod_labels = {**selector, SCENARIO_LABEL: incident["spec"]["scenario"], "app": dep.kind}
+    box = {
+        **box,
+        "imagePullPolicy": "IfNotPresent",
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(dep, incident),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": annotations},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": pod_security(DEPENDENCY_UID),
+                    "containers": [box],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+                },
+            },
+        },
+    }
+
+
+def _service(dep: Dependency, incident: dict[str, Any], port: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(dep, incident),
+        "spec": {
+            "selector": _labels(dep, incident),
+            "ports": [{"name": "main", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
+
+
+def _redis_box(cfg: OperatorConfig) -> dict[str, Any]:
+    # the image's own command (hack/images/redis.Dockerfile): no persistence, port 6379
+    return {
+        "name": "redis",
+        "image": cfg.image("redis", REDIS_TAG),
+        "ports": [{"name": "main", "containerPort": REDIS_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": REDIS_PORT}, "periodSeconds": 2},
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
+    }
+
+
+def upstream_container(up: UpstreamSpec, cfg: OperatorConfig) -> dict[str, Any]:
+    """An upstream's container: its healthy image, its command, its scenario's env."""
+    env = {"HOST": "0.0.0.0", "PORT": str(UPSTREAM_PORT), "DATA_DIR": "/tmp", **up.env}
+    return {
+        "name": up.name,
+        "image": cfg.image(up.name, "healthy"),
+        "command": list(up.command),
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "ports": [{"name": "main", "containerPort": UPSTREAM_PORT, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": up.health_path, "port": UPSTREAM_PORT},
+            "periodSeconds": 2,
+        },
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
+    }
+
+
+def render_dependencies(
+    incident: dict[str, Any], scenario: Scenario, cfg: OperatorConfig
+) -> list[dict[str, Any]]:
+    """Each dependency's Deployment then its Service, owned by the Incident. Upstreams are
+    scraped as `job=<name>` (their pods' `app`), as locally."""
+    ups = {u.name: u for u in scenario.service.upstreams}
+    out: list[dict[str, Any]] = []
+    for dep in dependencies(incident, scenario):
+        if dep.kind == "redis":
+            out.append(_deployment(dep, incident, _redis_box(cfg), {}))
+            out.append(_service(dep, incident, REDIS_PORT))
+            continue
+        scrape = {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(UPSTREAM_PORT),
+            "prometheus.io/path": "/metrics",
+        }
+        out.append(_deployment(dep, incident, upstream_container(ups[dep.kind], cfg), scrape))
+        out.append(_service(dep, incident, UPSTREAM_PORT))
+    return out
+
+
+def env_entries(deployment: dict[str, Any], service: str, names: list[str]) -> dict[str, EnvEntry]:
+    """The target container's current entries of `names` (None: not set): what to give back
+    when the Incident is deleted."""
+    box = target_container(deployment, service)
+    have = {e["name"]: e for e in box.get("env") or []}
+    return {n: copy.deepcopy(have.get(n)) for n in names}
+
+
+def with_env(deployment: dict[str, Any], service: str, env: dict[str, EnvEntry]) -> dict[str, Any]:
+    """The Deployment with the target container's `env` entries set (None: removed): an
+    existing entry replaced where it is, a new one appended; the input is not changed."""
+    d = copy.deepcopy(deployment)
+    main = target_container(d, service)["name"]
+    for box in d["spec"]["template"]["spec"]["containers"]:
+        if box["name"] != main:
+            continue
+        kept = []
+        for e in box.get("env") or []:  # in place: given back, the list is as it was
+            if e["name"] not in env:
+                kept.append(e)
+            elif env[e["name"]] is not None:
+                kept.append(copy.deepcopy(env[e["name"]]))
+        have = {e["name"] for e in kept}
+        kept += [copy.deepcopy(v) for k, v in env.items() if v is not None and k not in have]
+        if kept:
+            box["env"] = kept
+        else:
+            box.pop("env", None)
+    return d
+
+
+def as_entries(values: dict[str, str]) -> dict[str, EnvEntry]:
+    """Plain values as env entries."""
+    return {k: {"name": k, "value": v} for k, v in values.items()}

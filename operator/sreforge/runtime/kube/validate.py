@@ -1,0 +1,285 @@
+"""A scenario validated on a cluster, as a user runs it: the healthy service deployed in a
+namespace of its own, the scenario's Incident, the empty patch then the first fix as
+Submissions to the operator installed there, each graded by it; the rows SCENARIOS.md
+shows (`sreforge scenarios validate --runtime kube`, tests/integration/node).
+
+The cluster must run the operator and a Prometheus with the scenario's rules (the chart
+with `prometheus.enabled`), and have the scenario's images (hack/images.sh).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sreforge import catalogue
+from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
+from sreforge.api.scenario import Scenario, UpstreamSpec
+from sreforge.runtime.kube.client import Kube
+from sreforge.runtime.kube.config import OperatorConfig
+from sreforge.runtime.kube.dependencies import UPSTREAM_PORT, upstream_container
+from sreforge.runtime.kube.render import container_security, pod_security
+
+SERVICE_PORT = 8080
+INCIDENT = "validate"
+#: How SCENARIOS.md names the runtime of these rows (their sections' headings).
+RUNTIME = "on Kubernetes (operator, real pods)"
+
+
+def healthy_target(scenario: Scenario, ns: str, cfg: OperatorConfig) -> list[dict[str, Any]]:
+    """The scenario's service, healthy, as a user deploys it: a Deployment (scraped,
+    readiness on its health path, hardened, an emptyDir /tmp) and a Service of its name."""
+    svc = scenario.service
+    labels = {"app": svc.name}
+    # the user's own upstreams (the Incident points the service at its own while it runs)
+    upstreams = [obj for up in svc.upstreams for obj in _user_upstream(up, ns, cfg)]
+    env = [
+        {"name": up.url_env, "value": f"http://{up.name}.{ns}.svc:{UPSTREAM_PORT}"}
+        for up in svc.upstreams
+    ]
+    box = {
+        "name": svc.name,
+        "image": cfg.image(svc.name, "healthy"),
+        "imagePullPolicy": "IfNotPresent",
+        "ports": [{"name": "http", "containerPort": SERVICE_PORT}],
+        "readinessProbe": {
+            "httpGet": {"path": svc.health_path, "port": "http"},
+            "periodSeconds": 2,
+        },
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        **({"env": env} if env else {}),
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": svc.name, "namespace": ns, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(SERVICE_PORT),
+                        "prometheus.io/path": svc.metrics_path,
+                    },
+                },
+                "spec": {
+                    "securityContext": pod_security(),
+                    "containers": [box],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": svc.name, "namespace": ns},
+        "spec": {
+            "selector": labels,
+            "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http"}],
+        },
+    }
+    return [*upstreams, deployment, service]
+
+
+def _user_upstream(up: UpstreamSpec, ns: str, cfg: OperatorConfig) -> list[dict[str, Any]]:
+    labels = {"app": up.name}
+    box = {
+        **upstream_container(up, cfg),
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": up.name, "namespace": ns, "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "securityContext": pod_security(),
+                        "containers": [box],
+                        "volumes": [{"name": "tmp", "emptyDir": {}}],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": up.name, "namespace": ns},
+            "spec": {
+                "selector": labels,
+                "ports": [{"name": "http", "port": UPSTREAM_PORT, "targetPort": UPSTREAM_PORT}],
+            },
+        },
+    ]
+
+
+def incident_body(
+    scenario: Scenario, ns: str, prometheus_url: str, sustain_seconds: int | None
+) -> dict[str, Any]:
+    verify: dict[str, Any] = {}
+    if sustain_seconds is not None:
+        verify["sustainSeconds"] = sustain_seconds
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Incident",
+        "metadata": {"name": INCIDENT, "namespace": ns},
+        "spec": {
+            "scenario": scenario.name,
+            "targetDeployment": scenario.service.name,
+            "prometheusURL": prometheus_url,
+            "loadRunner": "builtin",
+            **({"verify": verify} if verify else {}),
+        },
+    }
+
+
+def submission_body(ns: str, name: str, patch: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Submission",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"incidentRef": {"name": INCIDENT}, "patch": {"inline": patch}},
+    }
+
+
+def record_of(status: dict[str, Any], fired_seconds: float | None) -> dict[str, Any]:
+    """A graded Submission's status as the run record fields catalogue.row reads."""
+    signals = status.get("signals") or {}
+    failing = [n for n, s in signals.items() if float(s.get("credit", 0.0)) < 1.0]
+    stamps: dict[str, str] = {}
+    if fired_seconds is not None:  # row() wants two instants: the delay is what it shows
+        stamps = {"injected": "1970-01-01T00:00:00+00:00"}
+        stamps["fired"] = datetime.fromtimestamp(fired_seconds, tz=UTC).isoformat()
+    return {
+        "passed": bool(status.get("passed")),
+        "reason": status.get("reason"),
+        "score": status.get("score"),
+        "message": (status.get("ciFeedback") or "")[:200],
+        "failingSignals": failing,
+        "timestamps": stamps,
+    }
+
+
+def kube_cases(scenario: Scenario) -> list[catalogue.Case]:
+    """The empty patch, then the first fix: the Incident grades them in that order and a
+    passing fix finishes it."""
+    all_cases = catalogue.cases(scenario)
+    first_fix = next(c for c in all_cases if c.expected == "pass")
+    empty = next(c for c in all_cases if c.patch is None)
+    return [empty, catalogue.Case(scenario, first_fix.patch, "pass")]
+
+
+class Cluster:
+    """The calls validation makes, on the operator's client (Kube)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    def create_namespace(self, ns: str) -> None:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        try:
+            self.kube.core.create_namespace(body)
+        except self.kube._exc as exc:
+            if self.kube._status(exc) != 409:
+                raise
+
+    def create_incident(self, body: dict[str, Any]) -> None:
+        ns = body["metadata"]["namespace"]
+        self.kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, INCIDENT_PLURAL, body)
+
+    def create_submission(self, body: dict[str, Any]) -> None:
+        ns = body["metadata"]["namespace"]
+        self.kube.custom.create_namespaced_custom_object(
+            GROUP, VERSION, ns, SUBMISSION_PLURAL, body
+        )
+
+
+def _wait(what: str, probe: Callable[[], Any], timeout: float, interval: float = 2.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def validate_scenario(
+    kube: Kube,
+    scenario: Scenario,
+    cfg: OperatorConfig,
+    prometheus_url: str,
+    ns: str,
+    *,
+    sustain_seconds: int | None = 30,
+    say: Callable[[str], None] = lambda _: None,
+) -> list[dict[str, Any]]:
+    """Deploy the healthy service in `ns`, create the Incident, submit the empty patch and
+    the first fix, and return their rows (catalogue.row) once the operator graded them."""
+    cluster = Cluster(kube)
+    cluster.create_namespace(ns)
+    objs = healthy_target(scenario, ns, cfg)
+    for obj in objs:
+        kube.create(obj)
+    for obj in objs:
+        if obj["kind"] == "Deployment":
+            kube.wait_rollout(ns, obj["metadata"]["name"], 180, threading.Event())
+    t0 = time.monotonic()
+    cluster.create_incident(incident_body(scenario, ns, prometheus_url, sustain_seconds))
+    say(f"{scenario.name}: Incident created in {ns}")
+
+    def phase() -> str | None:
+        inc = kube.get_incident(ns, INCIDENT) or {}
+        got = (inc.get("status") or {}).get("phase")
+        if got in ("Failed", "Succeeded"):
+            raise RuntimeError(f"Incident ended {got} before a Submission: {inc.get('status')}")
+        return got if got == "AwaitingSubmission" else None
+
+    timeout = scenario.verify.fire_timeout_seconds + 300
+    _wait(f"{scenario.name}'s alert to fire", phase, timeout)
+    state = ((kube.get_incident(ns, INCIDENT) or {}).get("status") or {}).get("loop") or {}
+    st = state.get("state") or {}
+    fired = (
+        round(st["fired_at"] - st["injected_at"], 1)
+        if st.get("fired_at") and st.get("injected_at")
+        else None
+    )
+    say(f"{scenario.name}: alert firing {fired}s after the injection")
+    rows = []
+    for i, case in enumerate(kube_cases(scenario)):
+        name = f"case-{i}-{'empty' if case.patch is None else 'fix'}"
+        patch = "" if case.patch is None else case.patch.read_text(encoding="utf-8")
+        started = time.monotonic()
+        cluster.create_submission(submission_body(ns, name, patch))
+
+        def graded(name: str = name) -> dict[str, Any] | None:
+            sub = kube.get_submission(ns, name) or {}
+            status = sub.get("status") or {}
+            return status if status.get("passed") is not None else None
+
+        status = _wait(f"Submission {name}", graded, 900)
+        seconds = time.monotonic() - (t0 if i == 0 else started)
+        row = catalogue.row(case, record_of(status, fired if i == 0 else None), seconds)
+        say(f"{scenario.name}: {case.label}: {row['got']} ({row['reason']}, {row['score']})")
+        rows.append(row)
+    return rows
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]], command: str) -> None:
+    """Each scenario's rows in its own section of `path`, named by the runtime."""
+    catalogue.write_markdown(path, rows, command, catalogue.when(), runtime=RUNTIME)

@@ -1,0 +1,72 @@
+"""Every other bundled scenario on the real node (slow): each in a namespace of its own,
+its healthy service deployed as a user would, its Incident created, the empty patch then
+its first fix submitted; the operator must fail the first and pass the second
+(sreforge.runtime.kube.validate, what `sreforge scenarios validate --runtime kube` runs
+and writes into SCENARIOS.md). Their Redis and upstreams are the operator's
+(runtime/kube/dependencies.py); resources-unbounded-cache's alert reads the kubelet's
+cAdvisor series through the chart's recording rule. latency-cache-stampede is graded in
+the default suite (test_real_node.py). One scenario at a time: the node has 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.integration.node.test_real_node import SYSTEM_NS, helm_install
+from tests.kubeenv import REPO_ROOT
+from tests.localcluster import LocalCluster
+
+from sreforge.runtime.kube import validate
+from sreforge.runtime.kube.client import Kube
+from sreforge.runtime.kube.config import OperatorConfig
+from sreforge.scenarios import load_scenario
+
+pytestmark = [pytest.mark.kube, pytest.mark.graded, pytest.mark.slow]
+
+OTHERS = sorted(
+    p.parent.name
+    for p in (REPO_ROOT / "scenarios").glob("*/scenario.toml")
+    if p.parent.name != "latency-cache-stampede"
+)
+
+
+@pytest.fixture(scope="module")
+def installed(
+    local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> LocalCluster:
+    cluster = local_cluster
+    if cluster.kubectl("get", "namespace", "sreforge-demo", check=False).returncode != 0:
+        helm_install(cluster, tmp_path_factory.mktemp("helm"))
+    return cluster
+
+
+@pytest.mark.parametrize("name", OTHERS)
+def test_scenario_graded_on_the_real_node(
+    installed: LocalCluster, name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cluster = installed
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    scenario = load_scenario(REPO_ROOT / "scenarios" / name)
+    ns = f"node-{name}"[:63]
+    try:
+        rows = validate.validate_scenario(
+            Kube(),
+            scenario,
+            OperatorConfig(),
+            f"http://prometheus.{SYSTEM_NS}.svc:9090",
+            ns,
+            sustain_seconds=30,
+            say=print,
+        )
+    finally:
+        print(cluster.kubectl("get", "pods,incidents,submissions", "-n", ns, check=False).stdout)
+        out = cluster.kubectl("get", "incident", "-n", ns, "-o", "yaml", check=False)
+        print(out.stdout[-5000:])
+    (tmp_path / "rows.json").write_text(json.dumps(rows, indent=1))
+    print(json.dumps(rows, indent=1))
+    assert [r["patch"] for r in rows] == ["empty", rows[1]["patch"]]
+    assert [r["got"] for r in rows] == ["fail", "pass"], rows
+    assert not [r for r in rows if r["mismatch"]], rows
+    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -1,0 +1,157 @@
+"""A scenario's Redis and upstreams in a cluster (sreforge.runtime.kube.dependencies): one
+Deployment and one Service each, in the Incident's namespace and owned by it, from the
+images hack/images.sh builds, locked down like every pod the operator runs; the target's
+container is pointed at them (REDIS_URL, each upstream's url_env) and given its own
+entries back when the Incident goes."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sreforge.runtime.kube.config import INCIDENT_LABEL, SCENARIO_LABEL, OperatorConfig
+from sreforge.runtime.kube.dependencies import (
+    as_entries,
+    dependencies,
+    env_entries,
+    render_dependencies,
+    target_env,
+    with_env,
+)
+from sreforge.scenarios import load_scenario
+
+REPO = Path(__file__).resolve().parents[2]
+CFG = OperatorConfig(image_prefix="reg.local/sreforge/")
+
+
+def incident(scenario: str, name: str = "inc", ns: str = "apps") -> dict[str, Any]:
+    return {
+        "apiVersion": "sreforge.dev/v1alpha1",
+        "kind": "Incident",
+        "metadata": {"name": name, "namespace": ns, "uid": "u-7"},
+        "spec": {"scenario": scenario},
+    }
+
+
+def scenario(name: str) -> Any:
+    return load_scenario(REPO / "scenarios" / name)
+
+
+def test_each_scenario_gets_what_its_service_depends_on() -> None:
+    names = [p.parent.name for p in sorted((REPO / "scenarios").glob("*/scenario.toml"))]
+    found = {n: [(d.kind, d.env) for d in dependencies(incident(n), scenario(n))] for n in names}
+    assert found["latency-cache-stampede"] == [("redis", "REDIS_URL")]
+    assert found["configuration-retry-storm"] == [("supplier", "SUPPLIER_URL")]
+    assert found["resources-unbounded-cache"] == [("supplier", "SUPPLIER_URL")]
+    assert found["errors-connection-pool-leak"] == []
+    stampede, storm = "latency-cache-stampede", "configuration-retry-storm"
+    assert target_env(incident(stampede), scenario(stampede)) == {
+        "REDIS_URL": "redis://inc-redis.apps.svc:6379/0"
+    }
+    assert target_env(incident(storm), scenario(storm)) == {
+        "SUPPLIER_URL": "http://inc-supplier.apps.svc:8080"
+    }
+
+
+def _by_kind(objs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for o in objs:
+        out.setdefault(o["kind"], []).append(o)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "image", "port"),
+    [
+        ("latency-cache-stampede", "redis", "reg.local/sreforge/redis:7", 6379),
+        ("configuration-retry-storm", "supplier", "reg.local/sreforge/supplier:healthy", 8080),
+    ],
+)
+def test_rendered_objects_are_owned_locked_down_and_found_by_their_service(
+    name: str, kind: str, image: str, port: int
+) -> None:
+    inc = incident(name)
+    objs = _by_kind(render_dependencies(inc, scenario(name), CFG))
+    [dep], [svc] = objs["Deployment"], objs["Service"]
+    for o in (dep, svc):
+        assert o["metadata"]["name"] == f"inc-{kind}"
+        assert o["metadata"]["namespace"] == "apps"  # the Incident's
+        [owner] = o["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("Incident", "inc", "u-7")
+        assert owner["controller"] is True
+    pod = dep["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert labels[INCIDENT_LABEL] == "inc"
+    assert labels[SCENARIO_LABEL] == name
+    assert labels["app"] == kind  # its scrape job, as locally
+    # the Service selects this pod and nothing of another Incident or dependency
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    assert svc["spec"]["selector"]["sreforge.dev/role"] == f"dependency-{kind}"
+    assert svc["spec"]["ports"][0]["port"] == port
+    spec = pod["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["automountServiceAccountToken"] is False
+    [box] = spec["containers"]
+    assert box["image"] == image
+    assert box["securityContext"]["readOnlyRootFilesystem"] is True
+    assert box["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {"name": "tmp", "mountPath": "/tmp"} in box["volumeMounts"]
+    assert box["readinessProbe"]
+
+
+def test_an_upstream_runs_its_command_with_the_scenarios_settings() -> None:
+    s = scenario("configuration-retry-storm")
+    [up] = s.service.upstreams
+    objs = _by_kind(render_dependencies(incident(s.name), s, CFG))
+    [box] = objs["Deployment"][0]["spec"]["template"]["spec"]["containers"]
+    assert box["command"] == list(up.command)
+    env = {e["name"]: e["value"] for e in box["env"]}
+    assert env["PORT"] == "8080"
+    assert env["HOST"] == "0.0.0.0"
+    assert {k: env[k] for k in up.env} == up.env  # e.g. SUPPLIER_SLOW_EVERY
+    assert box["readinessProbe"]["httpGet"]["path"] == up.health_path
+
+
+def test_no_dependencies_no_objects() -> None:
+    s = scenario("errors-connection-pool-leak")
+    assert render_dependencies(incident(s.name), s, CFG) == []
+
+
+def _deployment(env: list[dict[str, Any]] | None) -> dict[str, Any]:
+    box: dict[str, Any] = {"name": "pricing", "image": "pricing:healthy"}
+    if env is not None:
+        box["env"] = env
+    side = {"name": "sidecar", "image": "x", "env": [{"name": "SUPPLIER_URL", "value": "keep"}]}
+    return {"spec": {"template": {"spec": {"containers": [side, box]}}}}
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        None,
+        [{"name": "A", "value": "1"}],
+        [{"name": "SUPPLIER_URL", "value": "http://users-own:80"}, {"name": "B", "value": "2"}],
+        [{"name": "SUPPLIER_URL", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}],
+    ],
+)
+def test_the_target_is_pointed_at_them_and_given_its_own_back(
+    env: list[dict[str, Any]] | None,
+) -> None:
+    s = scenario("configuration-retry-storm")
+    original = _deployment(env)
+    before = copy.deepcopy(original)
+    wanted = as_entries(target_env(incident(s.name), s))
+    baseline = env_entries(original, "pricing", list(wanted))
+    running = with_env(original, "pricing", wanted)
+    assert original == before  # the input is not changed
+    side, box = running["spec"]["template"]["spec"]["containers"]
+    assert {"name": "SUPPLIER_URL", "value": "http://inc-supplier.apps.svc:8080"} in box["env"]
+    assert side["env"] == [{"name": "SUPPLIER_URL", "value": "keep"}]  # only the target's
+    # applied twice, the same (the restore compares templates)
+    assert with_env(running, "pricing", wanted) == running
+    # deleted: exactly what was there before, valueFrom included
+    assert with_env(running, "pricing", baseline) == original

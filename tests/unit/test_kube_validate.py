@@ -1,0 +1,89 @@
+"""`sreforge scenarios validate --runtime kube` (sreforge.runtime.kube.validate): what it
+deploys, the cases it submits, how a graded Submission becomes a SCENARIOS.md row, and that
+those rows go to sections of their own, named by the runtime, beside the local ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sreforge import catalogue
+from sreforge.runtime.kube import validate
+from sreforge.runtime.kube.config import OperatorConfig
+from sreforge.scenarios import load_scenario
+
+REPO = Path(__file__).resolve().parents[2]
+POOL = load_scenario(REPO / "scenarios" / "errors-connection-pool-leak")
+
+
+def test_the_healthy_target_is_the_services_healthy_image_behind_a_service() -> None:
+    dep, svc = validate.healthy_target(POOL, "ns1", OperatorConfig(image_prefix="r/"))
+    [box] = dep["spec"]["template"]["spec"]["containers"]
+    assert box["image"] == f"r/{POOL.service.name}:healthy"
+    assert box["readinessProbe"]["httpGet"]["path"] == POOL.service.health_path
+    assert box["securityContext"]["readOnlyRootFilesystem"] is True
+    assert dep["metadata"]["name"] == svc["metadata"]["name"] == POOL.service.name
+    # its pods are the service's scrape job (the telemetry reads up{job=<service>})
+    assert dep["spec"]["template"]["metadata"]["labels"] == {"app": POOL.service.name}
+    assert svc["spec"]["selector"] == {"app": POOL.service.name}
+
+
+def test_a_service_with_upstreams_comes_with_the_users_own() -> None:
+    storm = load_scenario(REPO / "scenarios" / "configuration-retry-storm")
+    objs = validate.healthy_target(storm, "ns1", OperatorConfig())
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objs]
+    assert kinds == [
+        ("Deployment", "supplier"),
+        ("Service", "supplier"),
+        ("Deployment", "pricing"),
+        ("Service", "pricing"),
+    ]
+    [box] = objs[2]["spec"]["template"]["spec"]["containers"]
+    # pricing refuses to start without its supplier's URL
+    assert box["env"] == [{"name": "SUPPLIER_URL", "value": "http://supplier.ns1.svc:8080"}]
+
+
+def test_the_cases_are_the_empty_patch_then_the_first_fix() -> None:
+    empty, fix = validate.kube_cases(POOL)
+    assert (empty.label, empty.expected) == ("empty", "fail")
+    assert fix.expected == "pass"
+    assert fix.patch is not None
+    assert fix.patch.parent.name == "fixes"
+
+
+def test_a_graded_submission_becomes_a_row() -> None:
+    empty, fix = validate.kube_cases(POOL)
+    status = {
+        "passed": False,
+        "score": 0.25,
+        "reason": "NotCleared",
+        "signals": {
+            "ci_green": {"credit": 1.0},
+            "alert_cleared": {"credit": 0.0},
+            "no_new_alerts": {"credit": 1.0},
+        },
+    }
+    row = catalogue.row(empty, validate.record_of(status, 31.5), 120.0)
+    assert (row["got"], row["reason"], row["score"]) == ("fail", "NotCleared", 0.25)
+    assert row["failing"] == "alert_cleared"
+    assert row["fireSeconds"] == 31.5
+    assert row["mismatch"] is None
+    passed = {"passed": True, "score": 0.97, "reason": "Passed", "signals": {}}
+    row = catalogue.row(fix, validate.record_of(passed, None), 90.0)
+    assert (row["got"], row["mismatch"], row["fireSeconds"]) == ("pass", None, None)
+    # a fix the operator failed is a mismatch
+    row = catalogue.row(fix, validate.record_of(status, None), 90.0)
+    assert row["mismatch"]
+
+
+def test_rows_go_to_a_section_named_by_the_runtime(tmp_path: Path) -> None:
+    md = tmp_path / "SCENARIOS.md"
+    empty, _ = validate.kube_cases(POOL)
+    local = catalogue.row(empty, {"passed": False, "reason": "NotCleared", "score": 0.3}, 1.0)
+    catalogue.write_markdown(md, [local], "sreforge scenarios validate x", "now")
+    kube_row = catalogue.row(empty, {"passed": False, "reason": "Refired", "score": 0.5}, 2.0)
+    validate.write_rows(md, [kube_row], "sreforge scenarios validate x --runtime kube")
+    text = md.read_text()
+    assert f"## {POOL.name}\n" in text  # the local section stays
+    assert f"## {POOL.name} {validate.RUNTIME}\n" in text
+    assert "Refired" in text.split(validate.RUNTIME)[1]
+    assert "Refired" not in text.split(validate.RUNTIME)[0]
