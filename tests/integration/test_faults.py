@@ -301,7 +301,10 @@ def test_load_generator_death_fails_closed(start: Callable[..., Run]) -> None:
         # This run also hands off to an agent command, which records what it was given.
         run = start(*agent_args("inventory_agent.py", FIX))
         run.wait_for_line(cleared_while_verifying)
-        run.kill_child(lambda _pid, argv: argv[1:3] == ["-m", "sreforge.load"])
+        # the load generator, not the independent prober (the same program, `--series probe`)
+        run.kill_child(
+            lambda _pid, argv: argv[1:3] == ["-m", "sreforge.load"] and "probe" not in argv
+        )
         code, record = run.finish(c)
         out = run.output
         assert_not_passed(code, record, out)
