@@ -24,8 +24,8 @@ from sreforge.api.resources import (
 from sreforge.api.verdict import Verdict
 from sreforge.loop import Phase, RunState
 from sreforge.runtime import failpoint
-from sreforge.runtime.driver import Driver, Stop
-from sreforge.runtime.kube import events, metrics
+from sreforge.runtime.driver import Driver, Stop, TargetChangedError
+from sreforge.runtime.kube import events, guard, metrics, policy
 from sreforge.runtime.kube.client import Kube, KubeError, PodFault
 from sreforge.runtime.kube.config import (
     CI_MARGIN_SECONDS,
@@ -100,6 +100,7 @@ class IncidentRun:
         self.target = self.spec.target_deployment or self.scenario.service.name
         # what the target's pods carry while the Incident runs (render.overlay_template)
         self._labels = {"incident": self.name, "scenario": self.spec.scenario}
+        self._target = (self.target_ns, self.target)
         url = self.spec.prometheus_url or cfg.prometheus_url
         self.prometheus_url = url
         self.telemetry = (
@@ -210,6 +211,11 @@ class IncidentRun:
     def sample(self) -> AlertSample:
         if self.telemetry is None:
             raise KubeError(NO_PROMETHEUS)
+        if self.p.state.phase is Phase.VERIFYING and self.p.rolled_out is not None:
+            # the rolled-out target, intact? (a change fails the run: sreforge.loop)
+            found = guard.changes(self.p.rolled_out, self.kube.target_view(*self._target))
+            if found:
+                raise TargetChangedError("; ".join(found))
         got = self.telemetry.sample()
         ok = got.firing is not None
         if ok is not self._prometheus_ok:
@@ -301,14 +307,27 @@ class IncidentRun:
             self.p.baseline_image = box.get("image")
             self.p.baseline_workdir = box.get("workingDir")
             self.p.baseline_labels = dict(dep["spec"]["template"]["metadata"].get("labels") or {})
+            self.p.baseline_identity = policy.pod_identity(dep)
             # in status before the image changes: an operator that dies after the swap must
             # not take the regressed image for the baseline when it resumes
             self._persist()
         url = self.kube.service_url(self.target_ns, self.target)  # fail before changing anything
+        account = self.spec.service_account_name
+        if account is not None and not self.kube.service_account_exists(self.target_ns, account):
+            raise KubeError(
+                f"spec.serviceAccountName: ServiceAccount {self.target_ns}/{account} not found"
+            )
+        # confined before anything of the run starts: the target's and the load's traffic
+        assert self.prometheus_url is not None  # _await_prerequisites
+        scrapers = policy.scraper_peers(self.prometheus_url, self.cfg)
+        for obj in policy.render_network_policies(self.incident, dep, self.scenario, scrapers):
+            self.kube.create(obj)
 
         def swap(d: dict[str, Any]) -> dict[str, Any]:
-            return overlay_template(
-                d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
+            return self._confined(
+                overlay_template(
+                    d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
+                )
             )
 
         self.kube.mutate_deployment(self.target_ns, self.target, swap)
@@ -323,6 +342,12 @@ class IncidentRun:
         if not self.kube.wait_started(self.ns, load_job_name(self.name), timeout, self._stop):
             self.log.warning(f"the load Job's pod has not started within {timeout}s")
         return loop.Injected(t=time.time())
+
+    def _confined(self, dep: dict[str, Any]) -> dict[str, Any]:
+        """The pod template under the Incident's ServiceAccount, no token unless asked."""
+        return policy.confine_pod(
+            dep, self.spec.service_account_name, self.spec.automount_service_account_token
+        )
 
     def hand_off(self) -> None:
         brief = self.scenario.brief_path.read_text(encoding="utf-8")  # never root_cause.md
@@ -416,15 +441,17 @@ class IncidentRun:
             )
 
         def overlay(d: dict[str, Any]) -> dict[str, Any]:
-            return overlay_template(
-                d,
-                svc,
-                self.cfg,
-                cm,
-                self.p.baseline_workdir,
-                sub,
-                list(self.scenario.protected),
-                **self._labels,
+            return self._confined(
+                overlay_template(
+                    d,
+                    svc,
+                    self.cfg,
+                    cm,
+                    self.p.baseline_workdir,
+                    sub,
+                    list(self.scenario.protected),
+                    **self._labels,
+                )
             )
 
         main = target_container(self.kube.get_deployment(self.target_ns, self.target), svc)
@@ -444,6 +471,9 @@ class IncidentRun:
         except KubeError as exc:
             self._sub_conditions(sub, [condition("Deployed", False, "RolloutFailed", str(exc))])
             return loop.DeployFailed(t=time.time(), reason=str(exc)[:2000])
+        # what every sample of the verification compares the target with (persisted with
+        # the Deployed step: a resumed operator keeps comparing)
+        self.p.rolled_out = guard.snapshot(self.kube.target_view(*self._target))
         self._sub_conditions(
             sub,
             [
@@ -501,9 +531,13 @@ class IncidentRun:
         if self.p.state.injected_at is None and self.p.baseline_image is None:
             return  # nothing was changed
 
+        self.p.rolled_out = None  # verified: no longer compared
+
         def base(d: dict[str, Any]) -> dict[str, Any]:
-            return overlay_template(
-                d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
+            return self._confined(
+                overlay_template(
+                    d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
+                )
             )
 
         dep = self.kube.get_deployment(self.target_ns, self.target)
@@ -563,6 +597,9 @@ def restore_on_delete(kube: Kube, run: IncidentRun) -> None:
             SUBMISSION_PLURAL, run.ns, run.p.submission, refused("IncidentDeleted", why)
         )
     refuse_queued(kube, run.ns, run.name, "IncidentDeleted", why)
+    # the policies in the Incident's namespace go with their owner; the target's may be
+    # in another namespace (no owner across namespaces)
+    kube.delete_network_policy(run.target_ns, policy.target_policy_name(run.name))
     original = run.p.baseline_image
     if original is None:
         return
@@ -582,6 +619,8 @@ def restore_on_delete(kube: Kube, run: IncidentRun) -> None:
         meta["labels"] = {
             k: v for k, v in labels.items() if k in keep or not k.startswith(RUN_LABEL_PREFIX)
         }
+        if run.p.baseline_identity is not None:
+            out = policy.restore_identity(out, run.p.baseline_identity)
         return out
 
     if kube.find_deployment(run.target_ns, run.target) is None:

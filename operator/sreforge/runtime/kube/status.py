@@ -222,6 +222,12 @@ class Persisted:
     baseline_workdir: str | None = None
     # the pod template's labels before the injection: what the run added goes on delete
     baseline_labels: dict[str, str] | None = None
+    # the pod template's ServiceAccount and token setting before the injection
+    # (sreforge.runtime.kube.policy.pod_identity): what the run changed goes on delete
+    baseline_identity: dict[str, Any] | None = None
+    # the patched build as rolled out (sreforge.runtime.kube.guard.snapshot), compared at
+    # every sample while it is verified; None outside verification
+    rolled_out: dict[str, Any] | None = None
     finished: bool = False
 
     def dump(self) -> dict[str, Any]:
@@ -232,6 +238,8 @@ class Persisted:
             "baselineImage": self.baseline_image,
             "baselineWorkdir": self.baseline_workdir,
             "baselineLabels": self.baseline_labels,
+            "baselineIdentity": self.baseline_identity,
+            "rolledOut": self.rolled_out,
             "finished": self.finished,
         }
 
@@ -244,6 +252,8 @@ class Persisted:
             baseline_image=data.get("baselineImage"),
             baseline_workdir=data.get("baselineWorkdir"),
             baseline_labels=data.get("baselineLabels"),
+            baseline_identity=data.get("baselineIdentity"),
+            rolled_out=data.get("rolledOut"),
             finished=bool(data.get("finished")),
         )
 
