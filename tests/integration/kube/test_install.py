@@ -453,13 +453,20 @@ def _assert_hardened(deployment: dict[str, Any]) -> None:
     assert env["SREFORGE_OPERATOR_IMAGE_PULL_POLICY"] == container["imagePullPolicy"]
 
 
-def test_chart_points_the_jobs_at_its_own_image(helm: Any) -> None:
-    """A plain install (no overrides) and an install with another image: the operator's
-    load Job and patch init containers run exactly the chart's image, pulled alike."""
+def test_chart_points_the_jobs_at_its_runner_image(helm: Any) -> None:
+    """A plain install (no overrides) and an install with other images: the operator's
+    load and prober Jobs and patch init containers run exactly the chart's runner image
+    (no scenarios in it), pulled like the operator's own, never the operator's image."""
     scenario = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
     incident = {"metadata": {"name": "inc", "namespace": "ns", "uid": "u"}, "spec": {}}
-    for args, image, policy in (
-        ((), f"ghcr.io/sreforge/operator:{_chart_app_version()}", "IfNotPresent"),
+    version = _chart_app_version()
+    for args, image, runner, policy in (
+        (
+            (),
+            f"ghcr.io/sreforge/operator:{version}",
+            f"ghcr.io/sreforge/runner:{version}",
+            "IfNotPresent",
+        ),
         (
             (
                 "--set",
@@ -468,8 +475,13 @@ def test_chart_points_the_jobs_at_its_own_image(helm: Any) -> None:
                 "image.tag=t1",
                 "--set",
                 "image.pullPolicy=Never",
+                "--set",
+                "runnerImage.repository=registry.local/run",
+                "--set",
+                "runnerImage.tag=t2",
             ),
             "registry.local/op:t1",
+            "registry.local/run:t2",
             "Never",
         ),
     ):
@@ -481,12 +493,15 @@ def test_chart_points_the_jobs_at_its_own_image(helm: Any) -> None:
         assert (container["image"], container["imagePullPolicy"]) == (image, policy)
         env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
         cfg = OperatorConfig.from_env(env)
-        (job,) = render_load(incident, scenario.load, "http://catalog:8080", "builtin", cfg)
-        (load,) = job["spec"]["template"]["spec"]["containers"]
-        assert (load["image"], load["imagePullPolicy"]) == (image, policy)
+        load_job, probe_job = render_load(
+            incident, scenario.load, "http://catalog:8080", "builtin", cfg
+        )
+        for job in (load_job, probe_job):
+            (box,) = job["spec"]["template"]["spec"]["containers"]
+            assert (box["image"], box["imagePullPolicy"]) == (runner, policy)
         ci_job = render_ci_job(incident, "sub", scenario, cfg, "cm")
         patch = ci_job["spec"]["template"]["spec"]["initContainers"][1]
-        assert (patch["image"], patch["imagePullPolicy"]) == (image, policy)
+        assert (patch["image"], patch["imagePullPolicy"]) == (runner, policy)
 
 
 def test_chart_metrics_monitors(crds: ControlPlane, helm: Any) -> None:

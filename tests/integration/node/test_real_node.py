@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from tests.kubeenv import REPO_ROOT, wait_for
 from tests.localcluster import LocalCluster
+from tests.reliability_cases import case
 
 from sreforge.scenarios import load_scenario
 
@@ -35,6 +36,7 @@ FIX = SCENARIO.directory / "fixes" / "restore-simplecache.patch"
 SYSTEM_NS = "sreforge-system"
 DEMO_NS = "sreforge-demo"
 OPERATOR_IMAGE = "sreforge/operator:dev"
+RUNNER_IMAGE = "sreforge/runner:dev"  # the load, prober and patch pods: no scenarios
 PROMETHEUS_IMAGE = "sreforge/prometheus:v3.16.0"
 HEALTHY = "sreforge/catalog:healthy"
 INCIDENT = "stampede-1"  # the name scenarios/latency-cache-stampede/incident.yaml gives it
@@ -117,6 +119,10 @@ def helm_install(cluster: LocalCluster, work: Path) -> None:
             "repository": OPERATOR_IMAGE.split(":", maxsplit=1)[0],
             "tag": OPERATOR_IMAGE.split(":")[1],
             "pullPolicy": "Never",
+        },
+        "runnerImage": {
+            "repository": RUNNER_IMAGE.split(":", maxsplit=1)[0],
+            "tag": RUNNER_IMAGE.split(":")[1],
         },
         "agent": {"namespace": DEMO_NS},
         "prometheus": {
@@ -336,3 +342,208 @@ def test_two_incidents_of_two_scenarios_on_one_prometheus(demo: LocalCluster) ->
             assert st["score"] >= 0.85
         else:
             assert st["reason"] == "NotCleared", json.dumps(st, indent=1)
+
+
+# ----------------------------------------------------------------- confinement (issue #13)
+# class of the attempt -> (its decoy of latency-cache-stampede, what its report must show:
+# nothing of the harness found to act on)
+EXPLOITS: dict[str, tuple[str, dict[str, Any]]] = {
+    "redirect-load": (
+        "exploit-redirect-load.patch",
+        {"generators": {}, "sockets": {}},
+    ),
+    "rewrite-rules": (
+        "exploit-rewrite-rules.patch",
+        {"prometheus": [], "rule_files": [], "rewritten": [], "reloaded": {}},
+    ),
+    "signal-harness": ("exploit-signal-harness.patch", {"alive": [], "stopped": {}}),
+    "read-root-cause": ("exploit-read-root-cause.patch", {"root_causes": [], "read": {}}),
+    "harness-ports": ("exploit-harness-ports.patch", {"harness": 0, "answers": {}}),
+}
+
+
+def own_incident(cluster: LocalCluster, ns: str, sustain: int = 30) -> None:
+    """A namespace with the healthy catalog and a stampede Incident against it, waited for
+    until the alert fires (AwaitingSubmission)."""
+    cluster.kubectl("create", "namespace", ns)
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(catalog_manifest(ns)))
+    cluster.kubectl("rollout", "status", "-n", ns, "deploy/catalog", "--timeout=120s")
+    body = {
+        "apiVersion": "sreforge.dev/v1alpha1",
+        "kind": "Incident",
+        "metadata": {"name": "inc", "namespace": ns},
+        "spec": {
+            "scenario": SCENARIO.name,
+            "prometheusURL": f"http://prometheus.{SYSTEM_NS}.svc:9090",
+            "loadRunner": "builtin",
+            "verify": {
+                "sustainSeconds": sustain,
+                "fireTimeoutSeconds": 180,
+                "clearBudgetSeconds": 60,
+                "passThresholdPercent": 85,
+            },
+        },
+    }
+    cluster.kubectl("create", "-f", "-", input_text=json.dumps(body))
+
+
+def await_fired(cluster: LocalCluster, *namespaces: str) -> None:
+    def fired() -> bool:
+        phases = []
+        for ns in namespaces:
+            st = incident(cluster, ns, "inc").get("status") or {}
+            assert st.get("phase") not in ("Failed", "Succeeded"), json.dumps(st, indent=1)
+            phases.append(st.get("phase"))
+        return all(p == "AwaitingSubmission" for p in phases)
+
+    wait_for(f"{', '.join(namespaces)}: the alert to fire", fired, timeout=300, interval=2)
+
+
+def deployed(cluster: LocalCluster, name: str, ns: str) -> None:
+    def rolled_out() -> bool:
+        sub = submission(cluster, name, ns)
+        assert (sub.get("status") or {}).get("passed") is None, json.dumps(sub["status"])
+        return (cond(sub, "Deployed") or {}).get("status") == "True"
+
+    wait_for(f"{ns}/{name} to be rolled out", rolled_out, timeout=420, interval=1)
+
+
+def exploit_reports(cluster: LocalCluster, ns: str, sub: str) -> list[dict[str, Any]]:
+    """The `sreforge-exploit {...}` lines of the patched pod's log, read while it runs."""
+    pods = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "app=catalog")["items"]
+    out: list[dict[str, Any]] = []
+    for pod in pods:
+        overlay = (pod["metadata"].get("annotations") or {}).get("sreforge.dev/overlay")
+        if overlay != sub:
+            continue
+        log = cluster.kubectl(
+            "logs", "-n", ns, pod["metadata"]["name"], "-c", "catalog", check=False
+        ).stdout
+        out += [
+            json.loads(line.removeprefix("sreforge-exploit "))
+            for line in log.splitlines()
+            if line.startswith("sreforge-exploit {")
+        ]
+    return out
+
+
+@pytest.mark.slow
+def test_exploit_decoys_never_pass_on_real_pods(demo: LocalCluster) -> None:
+    """Each exploit decoy of latency-cache-stampede, graded in turn against one Incident on
+    real pods: each fails NotCleared (the regression is still there), its build ran the
+    attempt (its report is in the patched pod's log) and found nothing of the harness to
+    act on: a pod has its own network, PID and mount namespaces, the generator and prober
+    have no control surface, the runner image has no scenarios, and no token is mounted."""
+    cluster = demo
+    ns = "exploits"
+    own_incident(cluster, ns)
+    await_fired(cluster, ns)
+    for attempt, (decoy, nothing) in EXPLOITS.items():
+        with case(f"security (real node): exploit decoy graded: {attempt}"):
+            _grade_exploit(cluster, ns, attempt, decoy, nothing)
+        if attempt != list(EXPLOITS)[-1]:
+            await_fired(cluster, ns)  # the regressed build is back and fires again
+
+
+def _grade_exploit(
+    cluster: LocalCluster, ns: str, attempt: str, decoy: str, nothing: dict[str, Any]
+) -> None:
+    sub = attempt
+    submit(cluster, sub, (SCENARIO.directory / "decoys" / decoy).read_text(), ns, "inc")
+    deployed(cluster, sub, ns)
+    reports = wait_for(
+        f"{attempt}: the build's report in its log",
+        lambda sub=sub: exploit_reports(cluster, ns, sub),
+        timeout=60,
+        interval=2,
+    )
+    print(attempt, json.dumps(reports)[:3000])
+    assert {r["class"] for r in reports} == {attempt}, reports
+    for report in reports:
+        for key, value in nothing.items():
+            assert report[key] == value, (attempt, key, report)
+    st = graded(cluster, sub, timeout=420, ns=ns)["status"]
+    print(attempt, st["reason"], st["score"])
+    assert st["passed"] is False, (attempt, json.dumps(st, indent=1))
+    assert st["score"] < 0.85
+    assert st["reason"] == "NotCleared", (attempt, json.dumps(st, indent=1))
+    assert st["signals"]["ci_green"]["value"] is True  # graded as a deployed build
+
+
+def _repoint_service_to_a_healthy_pod(cluster: LocalCluster, ns: str) -> None:
+    """The Service now selects a healthy catalog pod of the agent's own: with the empty
+    patch the alert would clear (a fast build serves the load)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "fast", "namespace": ns, "labels": {"app": "fast"}},
+        "spec": catalog_manifest(ns)["items"][0]["spec"]["template"]["spec"],
+    }
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(pod))
+    cluster.kubectl("wait", "-n", ns, "pod/fast", "--for=condition=Ready", "--timeout=120s")
+    cluster.kubectl(
+        "patch", "-n", ns, "service", "catalog", "-p", '{"spec":{"selector":{"app":"fast"}}}'
+    )
+
+
+# namespace -> (the patch, what is done while it is verified, what the verdict must name)
+TAMPERS: dict[str, tuple[str, list[str], str]] = {
+    "tamper-scale": (
+        "",
+        ["scale", "deploy/catalog", "--replicas=0"],
+        "Deployment spec.replicas: 1 -> 0",
+    ),
+    "tamper-probe": (
+        FIX.read_text(),
+        [
+            "patch",
+            "deploy/catalog",
+            "--type=json",
+            "-p",
+            '[{"op":"remove","path":"/spec/template/spec/containers/0/readinessProbe"}]',
+        ],
+        "readinessProbe removed",
+    ),
+    "tamper-selector": ("", [], "Service spec.selector.app"),
+}
+
+
+@pytest.mark.slow
+def test_submissions_that_change_the_rolled_out_target_fail(demo: LocalCluster) -> None:
+    """While a Submission's build is verified, someone with rights in the target namespace
+    (the reviewers' held-out checks, by hand) scales the Deployment to zero, deletes its
+    readiness probe (under the reference fix, which would pass), or points the Service at
+    a healthy pod of their own (under the empty patch, which would then clear the alert):
+    each run fails NotCleared at once, its message naming the change, and the Incident
+    ends (an environment someone changed is not graded again)."""
+    cluster = demo
+    for ns in TAMPERS:
+        own_incident(cluster, ns, sustain=60)
+    await_fired(cluster, *TAMPERS)
+    for ns, (patch, _, _) in TAMPERS.items():
+        submit(cluster, "sub", patch, ns, "inc")
+    for ns, (_, action, _) in TAMPERS.items():
+        deployed(cluster, "sub", ns)
+        if action:
+            cluster.kubectl("-n", ns, *action)
+        else:
+            _repoint_service_to_a_healthy_pod(cluster, ns)
+    for ns, (_, _, named) in TAMPERS.items():
+        with case(f"tamper (real node): the rolled-out target changed: {ns}"):
+            _tamper_failed(cluster, ns, named)
+
+
+def _tamper_failed(cluster: LocalCluster, ns: str, named: str) -> None:
+    st = graded(cluster, "sub", timeout=300, ns=ns)["status"]
+    print(ns, st["reason"], st["score"], cond(submission(cluster, "sub", ns), "Verified"))
+    assert st["passed"] is False, (ns, json.dumps(st, indent=1))
+    assert st["reason"] == "NotCleared", (ns, json.dumps(st, indent=1))
+    verified = cond(submission(cluster, "sub", ns), "Verified") or {}
+    assert "changed during verification" in verified.get("message", ""), verified
+    assert named in verified["message"], verified
+    wait_for(
+        f"{ns}: the Incident to end",
+        lambda ns=ns: (incident(cluster, ns, "inc").get("status") or {}).get("phase") == "Failed",
+        timeout=180,
+        interval=2,
+    )
