@@ -63,11 +63,13 @@ def serving_replica_sets(pods: list[dict[str, Any]]) -> list[str]:
 def snapshot(view: dict[str, Any]) -> dict[str, Any]:
     """What the rolled-out target is, from `Kube.target_view` (the Deployment, its Service,
     the pods the Service selects), as JSON the Incident's status can keep."""
-    dep = view["deployment"]
+    dep, svc = view["deployment"], view["service"]
+    if dep is None or svc is None:
+        raise ValueError("the target's Deployment or its Service is gone right after its rollout")
     return {
         "name": f"{dep['metadata'].get('namespace')}/{dep['metadata']['name']}",
         "deployment": _deployment(dep),
-        "service": _service(view["service"]),
+        "service": _service(svc),
         "replicaSets": serving_replica_sets(view["pods"]),
     }
 

@@ -301,7 +301,19 @@ class IncidentRun:
     def inject(self) -> loop.Event:
         svc = self.scenario.service.name
         self._await_prerequisites()
+        # refused before anything is recorded or changed: a fault here leaves the target as
+        # it was (restore() puts back only what a recorded baseline says was swapped)
+        account = self.spec.service_account_name
+        if account is not None and not self.kube.service_account_exists(self.target_ns, account):
+            raise KubeError(
+                f"spec.serviceAccountName: ServiceAccount {self.target_ns}/{account} not found"
+            )
+        assert self.prometheus_url is not None  # _await_prerequisites
+        scrapers = policy.scraper_peers(self.prometheus_url, self.cfg)
         dep = self.kube.get_deployment(self.target_ns, self.target)
+        # confined before anything of the run starts: the target's and the load's traffic
+        for obj in policy.render_network_policies(self.incident, dep, self.scenario, scrapers):
+            self.kube.create(obj)
         box = target_container(dep, svc)
         if self.p.baseline_image is None:
             self.p.baseline_image = box.get("image")
@@ -312,16 +324,6 @@ class IncidentRun:
             # not take the regressed image for the baseline when it resumes
             self._persist()
         url = self.kube.service_url(self.target_ns, self.target)  # fail before changing anything
-        account = self.spec.service_account_name
-        if account is not None and not self.kube.service_account_exists(self.target_ns, account):
-            raise KubeError(
-                f"spec.serviceAccountName: ServiceAccount {self.target_ns}/{account} not found"
-            )
-        # confined before anything of the run starts: the target's and the load's traffic
-        assert self.prometheus_url is not None  # _await_prerequisites
-        scrapers = policy.scraper_peers(self.prometheus_url, self.cfg)
-        for obj in policy.render_network_policies(self.incident, dep, self.scenario, scrapers):
-            self.kube.create(obj)
 
         def swap(d: dict[str, Any]) -> dict[str, Any]:
             return self._confined(
