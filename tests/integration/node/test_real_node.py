@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -438,11 +440,52 @@ def test_exploit_decoys_never_pass_on_real_pods(demo: LocalCluster) -> None:
     ns = "exploits"
     own_incident(cluster, ns)
     await_fired(cluster, ns)
+    with case("security (real node): what the tenant namespace's pods hold and serve"):
+        _tenant_pods_hold_nothing_of_the_grader(cluster, ns)
     for attempt, (decoy, nothing) in EXPLOITS.items():
         with case(f"security (real node): exploit decoy graded: {attempt}"):
             _grade_exploit(cluster, ns, attempt, decoy, nothing)
         if attempt != list(EXPLOITS)[-1]:
             await_fired(cluster, ns)  # the regressed build is back and fires again
+
+
+# in the load's and prober's pods: what listens, and whether a scenario is in the image
+LISTENING = """
+import json, os
+ports = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(table).read().splitlines()[1:]:
+        f = line.split()
+        if f[3] == "0A":
+            ports.add(int(f[1].rsplit(":", 1)[1], 16))
+print(json.dumps({"ports": sorted(ports), "scenarios": os.path.exists("/opt/sreforge/scenarios")}))
+"""
+
+
+def _tenant_pods_hold_nothing_of_the_grader(cluster: LocalCluster, ns: str) -> None:
+    """The load's and prober's pods (the runner image) hold no scenario and listen on their
+    metrics port alone, which answers no control call; the target's pods hold no token."""
+    for app in ("loadgen", "prober"):
+        (pod,) = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", f"app={app}")["items"]
+        name = pod["metadata"]["name"]
+        assert pod["spec"]["containers"][0]["image"] == RUNNER_IMAGE
+        seen = json.loads(
+            cluster.kubectl("exec", "-n", ns, name, "--", "python", "-c", LISTENING).stdout
+        )
+        assert seen == {"ports": [9100], "scenarios": False}, (app, seen)
+        ip = pod["status"]["podIP"]
+        for method, path in (("POST", "/target"), ("GET", "/stats"), ("POST", "/stop")):
+            req = urllib.request.Request(f"http://{ip}:9100{path}", data=b"{}", method=method)
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(req, timeout=5)
+            assert refused.value.code in (404, 405), (app, method, path, refused.value.code)
+    for pod in kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "app=catalog")["items"]:
+        spec = pod["spec"]
+        assert spec.get("automountServiceAccountToken") is False, spec
+        assert not [v for v in spec.get("volumes") or [] if "projected" in v], spec["volumes"]
+        for c in spec["containers"]:
+            mounts = [m["mountPath"] for m in c.get("volumeMounts") or []]
+            assert not [m for m in mounts if "serviceaccount" in m], mounts
 
 
 def _grade_exploit(
