@@ -396,6 +396,7 @@ def test_helm_template_is_accepted_by_the_server(crds: ControlPlane, helm: Any) 
             "ClusterRoleBinding",
             "CustomResourceDefinition",
             "Deployment",
+            "NetworkPolicy",
             "Role",
             "RoleBinding",
             "ServiceAccount",
@@ -664,6 +665,51 @@ def _prometheus_docs(helm: Any, *args: str) -> list[dict[str, Any]]:
 def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     (doc,) = [d for d in docs if d["kind"] == kind]
     return doc
+
+
+def test_chart_network_policies_select_the_operator_and_its_prometheus(
+    crds: ControlPlane, helm: Any
+) -> None:
+    """The chart's NetworkPolicies select its own operator's and Prometheus' pods (their
+    pod templates' labels), let Prometheus be queried by the operator and the agent
+    namespace only, and tell the operator which pods scrape (the Incidents' policies let
+    only those in); the server accepts them."""
+    ns = "sreforge-np"
+    res = helm(
+        "template", "sreforge", str(CHART), "-n", ns, "--set", "prometheus.enabled=true",
+        "--set", "agent.namespace=agents",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    docs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    pols = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
+    assert sorted(pols) == ["sreforge-operator", "sreforge-prometheus"]
+    deps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    op_labels = deps["sreforge-operator"]["spec"]["template"]["metadata"]["labels"]
+    prom_labels = deps["sreforge-prometheus"]["spec"]["template"]["metadata"]["labels"]
+    for name, labels in (("sreforge-operator", op_labels), ("sreforge-prometheus", prom_labels)):
+        sel = pols[name]["podSelector"]["matchLabels"]
+        assert sel.items() <= labels.items(), (name, sel, labels)
+    other = pols["sreforge-operator"]["podSelector"]["matchLabels"]
+    assert not other.items() <= prom_labels.items()  # each selects its own pods only
+    (rule,) = pols["sreforge-prometheus"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9090}]
+    operator_peer, agents = rule["from"]
+    assert operator_peer["podSelector"]["matchLabels"].items() <= op_labels.items()
+    ns_label = {"kubernetes.io/metadata.name": "agents"}
+    assert agents == {"namespaceSelector": {"matchLabels": ns_label}}
+    # the operator's pod: its metrics and health ports alone
+    ports = sorted(p["port"] for r in pols["sreforge-operator"]["ingress"] for p in r["ports"])
+    assert ports == [8080, 8081]
+    # the scraper the operator's Incident policies let in: this Prometheus' pods
+    (container,) = deps["sreforge-operator"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    cfg = OperatorConfig.from_env({k: v for k, v in env.items() if v is not None})
+    assert cfg.scraper_namespace == ns
+    assert cfg.scraper_labels.items() <= prom_labels.items()
+    assert cfg.runner != cfg.operator_image
+    crds.kubectl("create", "namespace", ns)
+    out = _dry_run(crds, yaml.safe_dump_all([d for d in docs if d["kind"] == "NetworkPolicy"]))
+    assert "networkpolicy.networking.k8s.io/sreforge-prometheus serverside-applied" in out, out
 
 
 def test_helm_lint_strict_with_bundled_prometheus(helm: Any) -> None:
