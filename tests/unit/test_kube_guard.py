@@ -195,3 +195,11 @@ def test_differences_names_long_values_shortly() -> None:
     assert out.startswith('P.a: "xxx')
     assert "..." in out
     assert len(out) < 200
+
+
+def test_a_change_made_and_undone_between_two_samples_is_named() -> None:
+    def flip(v: dict[str, Any]) -> None:
+        # scaled to zero and back: the spec is the same, the API server counted two writes
+        v["deployment"]["metadata"]["generation"] = 5
+
+    assert changed(flip) == ["Deployment spec was changed and changed back (generation 3 -> 5)"]

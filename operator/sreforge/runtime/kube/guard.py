@@ -28,7 +28,8 @@ def _deployment(dep: dict[str, Any]) -> dict[str, Any]:
     spec = {k: v for k, v in (dep.get("spec") or {}).items() if k not in IGNORED_SPEC}
     spec.setdefault("replicas", 1)
     spec.setdefault("paused", False)
-    return {"uid": dep["metadata"].get("uid"), "spec": spec}
+    meta = dep["metadata"]
+    return {"uid": meta.get("uid"), "generation": meta.get("generation"), "spec": spec}
 
 
 def _service(svc: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +90,15 @@ def changes(rolled_out: dict[str, Any], view: dict[str, Any]) -> list[str]:
         now = _deployment(dep)
         if now["uid"] != before["uid"]:
             out.append(f"Deployment {name} was deleted and created again")
-        out += differences(before["spec"], now["spec"], "Deployment spec")
+        spec_changes = differences(before["spec"], now["spec"], "Deployment spec")
+        out += spec_changes
+        if not spec_changes and now["uid"] == before["uid"]:
+            # its spec was written (the API server counts every change) and written back
+            g0, g1 = before.get("generation"), now.get("generation")
+            if g0 is not None and g1 is not None and g1 != g0:
+                out.append(
+                    f"Deployment spec was changed and changed back (generation {g0} -> {g1})"
+                )
         want = before["spec"]["replicas"]
         ready = (dep.get("status") or {}).get("readyReplicas") or 0
         if ready < want:

@@ -213,9 +213,14 @@ class IncidentRun:
             raise KubeError(NO_PROMETHEUS)
         if self.p.state.phase is Phase.VERIFYING and self.p.rolled_out is not None:
             # the rolled-out target, intact? (a change fails the run: sreforge.loop)
-            found = guard.changes(self.p.rolled_out, self.kube.target_view(*self._target))
-            if found:
-                raise TargetChangedError("; ".join(found))
+            try:
+                view = self.kube.target_view(*self._target)
+            except Exception as exc:  # the API unreadable now: compared at the next sample
+                self.log.warning(f"the target could not be read to compare it: {exc}")
+            else:
+                found = guard.changes(self.p.rolled_out, view)
+                if found:
+                    raise TargetChangedError("; ".join(found))
         got = self.telemetry.sample()
         ok = got.firing is not None
         if ok is not self._prometheus_ok:
