@@ -459,7 +459,10 @@ def test_chart_points_the_jobs_at_its_runner_image(helm: Any) -> None:
     load and prober Jobs and patch init containers run exactly the chart's runner image
     (no scenarios in it), pulled like the operator's own, never the operator's image."""
     scenario = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
-    incident = {"metadata": {"name": "inc", "namespace": "ns", "uid": "u"}, "spec": {}}
+    incident = {
+        "metadata": {"name": "inc", "namespace": "ns", "uid": "u"},
+        "spec": {"scenario": scenario.name},
+    }
     version = _chart_app_version()
     for args, image, runner, policy in (
         (
