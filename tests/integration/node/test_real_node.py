@@ -364,7 +364,7 @@ EXPLOITS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def own_incident(cluster: LocalCluster, ns: str, sustain: int = 30) -> None:
+def own_incident(cluster: LocalCluster, ns: str, sustain: int = 30, budget: int = 60) -> None:
     """A namespace with the healthy catalog and a stampede Incident against it, waited for
     until the alert fires (AwaitingSubmission)."""
     cluster.kubectl("create", "namespace", ns)
@@ -381,7 +381,7 @@ def own_incident(cluster: LocalCluster, ns: str, sustain: int = 30) -> None:
             "verify": {
                 "sustainSeconds": sustain,
                 "fireTimeoutSeconds": 180,
-                "clearBudgetSeconds": 60,
+                "clearBudgetSeconds": budget,
                 "passThresholdPercent": 85,
             },
         },
@@ -427,26 +427,6 @@ def exploit_reports(cluster: LocalCluster, ns: str, sub: str) -> list[dict[str, 
             if line.startswith("sreforge-exploit {")
         ]
     return out
-
-
-@pytest.mark.slow
-def test_exploit_decoys_never_pass_on_real_pods(demo: LocalCluster) -> None:
-    """Each exploit decoy of latency-cache-stampede, graded in turn against one Incident on
-    real pods: each fails NotCleared (the regression is still there), its build ran the
-    attempt (its report is in the patched pod's log) and found nothing of the harness to
-    act on: a pod has its own network, PID and mount namespaces, the generator and prober
-    have no control surface, the runner image has no scenarios, and no token is mounted."""
-    cluster = demo
-    ns = "exploits"
-    own_incident(cluster, ns)
-    await_fired(cluster, ns)
-    with case("security (real node): what the tenant namespace's pods hold and serve"):
-        _tenant_pods_hold_nothing_of_the_grader(cluster, ns)
-    for attempt, (decoy, nothing) in EXPLOITS.items():
-        with case(f"security (real node): exploit decoy graded: {attempt}"):
-            _grade_exploit(cluster, ns, attempt, decoy, nothing)
-        if attempt != list(EXPLOITS)[-1]:
-            await_fired(cluster, ns)  # the regressed build is back and fires again
 
 
 # in the load's and prober's pods: what listens, and whether a scenario is in the image
@@ -590,3 +570,23 @@ def _tamper_failed(cluster: LocalCluster, ns: str, named: str) -> None:
         timeout=180,
         interval=2,
     )
+
+
+@pytest.mark.slow
+def test_exploit_decoys_never_pass_on_real_pods(demo: LocalCluster) -> None:
+    """Each exploit decoy of latency-cache-stampede, graded in turn against one Incident on
+    real pods: each fails NotCleared (the regression is still there), its build ran the
+    attempt (its report is in the patched pod's log) and found nothing of the harness to
+    act on: a pod has its own network, PID and mount namespaces, the generator and prober
+    have no control surface, the runner image has no scenarios, and no token is mounted."""
+    cluster = demo
+    ns = "exploits"
+    own_incident(cluster, ns, budget=30)  # a build that clears does so well within 30 s
+    await_fired(cluster, ns)
+    with case("security (real node): what the tenant namespace's pods hold and serve"):
+        _tenant_pods_hold_nothing_of_the_grader(cluster, ns)
+    for attempt, (decoy, nothing) in EXPLOITS.items():
+        with case(f"security (real node): exploit decoy graded: {attempt}"):
+            _grade_exploit(cluster, ns, attempt, decoy, nothing)
+        if attempt != list(EXPLOITS)[-1]:
+            await_fired(cluster, ns)  # the regressed build is back and fires again
