@@ -541,16 +541,26 @@ def test_submissions_that_change_the_rolled_out_target_fail(demo: LocalCluster) 
     ends (an environment someone changed is not graded again)."""
     cluster = demo
     for ns in TAMPERS:
-        own_incident(cluster, ns, sustain=60)
+        own_incident(cluster, ns, sustain=120)  # the fix could not pass before it is changed
     await_fired(cluster, *TAMPERS)
     for ns, (patch, _, _) in TAMPERS.items():
         submit(cluster, "sub", patch, ns, "inc")
-    for ns, (_, action, _) in TAMPERS.items():
-        deployed(cluster, "sub", ns)
-        if action:
-            cluster.kubectl("-n", ns, *action)
-        else:
-            _repoint_service_to_a_healthy_pod(cluster, ns)
+    todo = dict(TAMPERS)
+
+    def act_on_the_rolled_out() -> bool:
+        for ns, (_, action, _) in list(todo.items()):
+            sub = submission(cluster, "sub", ns)
+            assert (sub.get("status") or {}).get("passed") is None, json.dumps(sub["status"])
+            if (cond(sub, "Deployed") or {}).get("status") != "True":
+                continue
+            if action:
+                cluster.kubectl("-n", ns, *action)
+            else:
+                _repoint_service_to_a_healthy_pod(cluster, ns)
+            del todo[ns]
+        return not todo
+
+    wait_for("each build rolled out, then changed", act_on_the_rolled_out, timeout=600, interval=1)
     for ns, (_, _, named) in TAMPERS.items():
         with case(f"tamper (real node): the rolled-out target changed: {ns}"):
             _tamper_failed(cluster, ns, named)
