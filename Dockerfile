@@ -1,7 +1,13 @@
-# The SREForge operator image: kopf runs sreforge.handlers. The same image runs the
-# built-in load generator (python -m sreforge.load) and the patch init container
-# (python -m sreforge.runtime.kube apply-patch). Build from the repository root (BuildKit):
-#   docker build -t ghcr.io/sreforge/operator:0.1.0 .
+# Two images from one Dockerfile. Build from the repository root (BuildKit):
+#   docker build -t ghcr.io/sreforge/operator:0.1.0 .                 (the last stage)
+#   docker build --target runner -t ghcr.io/sreforge/runner:0.1.0 .
+# runner: the sreforge package and git, NO scenarios: what the operator runs in tenant
+#   namespaces (the built-in load generator and prober, python -m sreforge.load; the
+#   patch init containers, python -m sreforge.runtime.kube apply-patch). Nothing a pod
+#   there can read tells a root cause, a regression, a fix or a decoy.
+# operator: the runner plus the scenarios the operator reads (scenario.toml, rules,
+#   brief, root cause, regression; never fixes/ or decoys/); kopf runs sreforge.handlers
+#   in the operator's own namespace only.
 # BASE_IMAGE: any Debian-like image with python3 >= 3.11 and its venv module (the
 # default, or hack/images.sh's debootstrap base); the packages go to /opt/venv.
 # Layers, first to last: git and the venv, the dependencies (from pyproject.toml), the
@@ -19,7 +25,7 @@ print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependenc
 COPY operator/ operator/
 RUN /opt/build/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM ${BASE_IMAGE}
+FROM ${BASE_IMAGE} AS runner
 # git: the CI gate applies patches with `git apply`
 RUN command -v git >/dev/null || { apt-get update \
  && apt-get install -y --no-install-recommends git \
@@ -32,12 +38,20 @@ RUN --mount=type=bind,from=build,source=/requirements.txt,target=/tmp/requiremen
     pip install --no-cache-dir -r /tmp/requirements.txt
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-deps /wheels/*.whl
-# scenarios are data the operator reads (rules, briefs, regression patches)
-COPY --chown=root:root scenarios/ /opt/sreforge/scenarios/
 WORKDIR /opt/sreforge
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
 USER 10001:10001
+ENTRYPOINT ["python", "-m", "sreforge.load"]
+
+# the scenarios without what only graders and tests use (fixes, decoys)
+FROM ${BASE_IMAGE} AS scenarios
+COPY scenarios/ /scenarios/
+RUN rm -rf /scenarios/*/fixes /scenarios/*/decoys
+
+FROM runner AS operator
+# scenarios are data the operator reads (rules, briefs, root causes, regression patches)
+COPY --from=scenarios --chown=root:root /scenarios/ /opt/sreforge/scenarios/
 EXPOSE 8080
 ENTRYPOINT ["kopf", "run", "--standalone", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz", "-m", "sreforge.handlers"]

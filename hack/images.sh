@@ -22,7 +22,9 @@
 #
 # Images (PREFIX = $SREFORGE_IMAGE_PREFIX, default "sreforge/"):
 #   PREFIX base:bookworm        debootstrap --variant=minbase + python3, git, ...
-#   PREFIX operator:dev         Dockerfile (operator, load generator, patch init container)
+#   PREFIX operator:dev         Dockerfile (the operator: the package and the scenarios)
+#   PREFIX runner:dev           Dockerfile's `runner` target (load generator, prober, patch
+#                               init containers: what runs in tenant namespaces; no scenarios)
 #   PREFIX <service>:healthy    substrate/<service>/Dockerfile
 #   PREFIX <service>:<scenario> the same with the scenario's regression.patch
 #                               (SREFORGE_PATCH), for every scenarios/*/scenario.toml
@@ -424,7 +426,8 @@ docker_build() {
 }
 
 # Prints the plan: TAG<TAB>KIND<TAB>DOCKERFILE<TAB>SREFORGE_PATCH, one image a line, KIND
-# being repo (context: the repository), redis, prometheus or pause.
+# being repo (context: the repository), runner (the same, its `runner` target), redis,
+# prometheus or pause.
 plan() {
   python3 - "$REPO_ROOT" "$PREFIX" "$PAUSE_TAG" "$(prometheus_version)" <<'PY'
 import pathlib
@@ -440,6 +443,7 @@ def add(tag: str, kind: str, dockerfile: str, patch: str = "") -> None:
 
 
 add("operator:dev", "repo", "Dockerfile")
+add("runner:dev", "runner", "Dockerfile")
 for df in sorted(root.glob("substrate/*/Dockerfile")):
     add(f"{df.parent.name}:healthy", "repo", str(df.relative_to(root)))
 deps: set[str] = set()
@@ -494,6 +498,7 @@ build_one() {
   before=$(image_id "$tag")
   case "$kind" in
     repo) [[ -z "$patch" ]] || args+=(--build-arg "SREFORGE_PATCH=$patch") ;;
+    runner) args+=(--target runner) ;;
     redis) context="$IMAGES_DIR/context/empty"; mkdir -p "$context" ;;
     prometheus)
       context="$IMAGES_DIR/context/prometheus"; mkdir -p "$context"

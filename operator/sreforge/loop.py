@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sreforge import oracle
 from sreforge.api.observation import AlertSample, CIResult, CIStatus
 from sreforge.api.scenario import VerifySpec
-from sreforge.api.verdict import Reason, Verdict
+from sreforge.api.verdict import Reason, SignalName, Verdict
 from sreforge.errors import SreforgeError
 from sreforge.oracle import soak
 
@@ -99,6 +99,15 @@ class Restored(_Frozen):
     t: float
 
 
+class TargetChanged(_Frozen):
+    """The rolled-out target was changed by someone other than the harness while it was
+    verified (its Deployment, its Service, the pods answering it): `change` names it."""
+
+    kind: Literal["target-changed"] = "target-changed"
+    t: float
+    change: str
+
+
 class Fault(_Frozen):
     """An infrastructure fault of the harness: the run ends Inconclusive, never graded."""
 
@@ -117,6 +126,7 @@ Event = Annotated[
     | Deployed
     | DeployFailed
     | Restored
+    | TargetChanged
     | Fault,
     Field(discriminator="kind"),
 ]
@@ -189,6 +199,9 @@ class RunState(BaseModel):
     verdict: Verdict | None = None
     restored_at: float | None = None
     fault: str | None = None
+    # the rolled-out target was changed during verification (the change, named): the run
+    # failed NotCleared and ends, its environment is no longer the one rolled out
+    tampered: str | None = None
     samples: list[AlertSample] = Field(default_factory=list)
 
     def observations(self) -> oracle.VerifyObservations:
@@ -235,6 +248,21 @@ def _inconclusive(state: RunState, reason: str) -> Verdict:
     )
 
 
+def _tampered_verdict(state: RunState, change: str) -> Verdict:
+    """The rolled-out target was changed while it was verified: whatever the alerts say
+    after that is not this build's doing. NotCleared, the score kept to what CI earned."""
+    base = oracle.evaluate(state.observations(), state.verify)
+    ci = sum(s.credit * s.weight for s in base.signals if s.name == SignalName.CI_GREEN)
+    return base.model_copy(
+        update={
+            "passed": False,
+            "reason": Reason.NOT_CLEARED,
+            "score": min(base.score, ci),
+            "message": f"the rolled-out target was changed during verification: {change}",
+        }
+    )
+
+
 def _finish_with(state: RunState, verdict: Verdict) -> list[Action]:
     state.verdict = verdict
     state.phase = Phase.RESTORING
@@ -260,6 +288,11 @@ def step(state: RunState, event: Event) -> list[Action]:
 
     if isinstance(event, Sampled):
         return _on_sample(state, event.sample)
+    if isinstance(event, TargetChanged):
+        if state.phase is not Phase.VERIFYING:
+            return []  # only what is verified is compared
+        state.tampered = event.change
+        return _finish_with(state, _tampered_verdict(state, event.change))
     if isinstance(event, _JOB_RESULTS) and state.phase in (Phase.RESTORING, Phase.DONE):
         return []  # a background action finished after a fault had ended the run
 
@@ -314,6 +347,7 @@ def _more_cases(state: RunState) -> bool:
         v is not None
         and v.reason is not Reason.INCONCLUSIVE
         and state.fault is None
+        and state.tampered is None
         and state.fired_at is not None
         and state.submitted_at is not None
         and (state.cases is None or state.graded < state.cases)

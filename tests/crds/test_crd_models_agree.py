@@ -292,7 +292,11 @@ def test_examples_validate_against_the_models() -> None:
         # the wire form round-trips: aliases are the CRD's field names
         assert parsed.model_dump(by_alias=True, exclude_none=True) == {
             **(
-                {"loadRunner": "builtin", "targetTimeoutSeconds": 600}
+                {
+                    "loadRunner": "builtin",
+                    "targetTimeoutSeconds": 600,
+                    "automountServiceAccountToken": False,
+                }
                 if doc["kind"] == "Incident"
                 else {}
             ),

@@ -36,6 +36,7 @@ TIMEOUT_SECONDS=${TIMEOUT_SECONDS:-1200}
 SYSTEM_NS=sreforge-system
 DEMO_NS=sreforge-demo
 OPERATOR_IMAGE=sreforge/operator:dev
+RUNNER_IMAGE=sreforge/runner:dev
 HEALTHY_IMAGE=sreforge/catalog:healthy
 REGRESSED_IMAGE=sreforge/catalog:$SCENARIO # each scenario's regressed build has its own tag
 # the scenario's Incident names its namespace and Prometheus URL; these must match it
@@ -113,14 +114,16 @@ kind get kubeconfig --name "$CLUSTER" >"$KUBECONFIG"
 kubectl cluster-info >/dev/null
 
 # ------------------------------------------------------------------ images
-log "building $OPERATOR_IMAGE, $HEALTHY_IMAGE, $REGRESSED_IMAGE"
+log "building $OPERATOR_IMAGE, $RUNNER_IMAGE, $HEALTHY_IMAGE, $REGRESSED_IMAGE"
 export DOCKER_BUILDKIT=1 # substrate/catalog/Dockerfile uses RUN --mount
 docker build -t "$OPERATOR_IMAGE" -f "$ROOT/Dockerfile" "$ROOT"
+docker build --target runner -t "$RUNNER_IMAGE" -f "$ROOT/Dockerfile" "$ROOT"
 docker build -t "$HEALTHY_IMAGE" -f "$ROOT/substrate/catalog/Dockerfile" "$ROOT"
 docker build -t "$REGRESSED_IMAGE" -f "$ROOT/substrate/catalog/Dockerfile" \
   --build-arg "SREFORGE_PATCH=scenarios/$SCENARIO/regression.patch" "$ROOT"
 log "loading the images into the kind nodes"
-kind load docker-image --name "$CLUSTER" "$OPERATOR_IMAGE" "$HEALTHY_IMAGE" "$REGRESSED_IMAGE"
+kind load docker-image --name "$CLUSTER" "$OPERATOR_IMAGE" "$RUNNER_IMAGE" "$HEALTHY_IMAGE" \
+  "$REGRESSED_IMAGE"
 
 # ------------------------------------------------------------------ operator
 log "installing the sreforge chart with its bundled Prometheus (the rules of $SCENARIO)"
@@ -139,6 +142,9 @@ image:
   repository: ${OPERATOR_IMAGE%:*}
   tag: ${OPERATOR_IMAGE##*:}
   pullPolicy: IfNotPresent
+runnerImage:
+  repository: ${RUNNER_IMAGE%:*}
+  tag: ${RUNNER_IMAGE##*:}
 operator:
   env:
     - {name: SREFORGE_SCENARIOS_DIR, value: /opt/sreforge/scenarios}

@@ -15,7 +15,7 @@ import pytest
 from sreforge import loop
 from sreforge.api import AlertSample, CIResult, CIStatus, LoadStats, Reason, VerifySpec
 from sreforge.loop import Phase, RunState
-from sreforge.runtime.driver import Driver
+from sreforge.runtime.driver import Driver, TargetChangedError
 
 TARGET = "CatalogLatencyHigh"
 LOAD = LoadStats(target_rate=50, achieved_rate=50, dropped_ratio=0, success_ratio=1)
@@ -97,6 +97,8 @@ class Scripted:
     def sample(self) -> AlertSample:
         if "sample" in self.fail:
             raise self.fail["sample"]
+        if "verify" in self.fail and self.state.phase is Phase.VERIFYING:
+            raise self.fail["verify"]
         firing = frozenset() if self.deployed else frozenset({TARGET})
         return AlertSample(
             t=time.time(),
@@ -193,6 +195,18 @@ def test_a_sampling_failure_is_a_fault() -> None:
     assert rt.state.verdict is not None
     assert rt.state.verdict.reason is Reason.INCONCLUSIVE
     assert "hand_off" not in rt.calls
+
+
+def test_a_target_changed_while_verified_fails_the_run_not_a_fault() -> None:
+    rt = Scripted(new_state())
+    rt.fail["verify"] = TargetChangedError("Deployment spec.replicas: 1 -> 0")
+    drive(rt)
+    v = rt.state.verdict
+    assert v is not None
+    assert (v.passed, v.reason) == (False, Reason.NOT_CLEARED)
+    assert "Deployment spec.replicas: 1 -> 0" in v.message
+    assert rt.state.fault is None
+    assert actions_of(rt)[-3:] == ["record", "restore", "finish"]
 
 
 def test_restore_waits_for_the_job_in_flight() -> None:

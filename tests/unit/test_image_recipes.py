@@ -154,7 +154,7 @@ def test_list_names_a_tag_per_scenario_and_every_image_a_scenario_needs() -> Non
     assert res.returncode == 0, res.stderr
     names = res.stdout.split()
     assert len(names) == len(set(names))
-    expected = {"test.invalid/sf-operator:dev"}
+    expected = {"test.invalid/sf-operator:dev", "test.invalid/sf-runner:dev"}
     redis = False
     for sc in scenarios.discover(REPO / "scenarios"):
         svc = sc.service

@@ -342,3 +342,50 @@ def test_an_inconclusive_case_ends_the_environment() -> None:
     assert st.verdict.reason is Reason.INCONCLUSIVE
     assert st.fault is None
     assert loop.step(st, loop.Restored(t=41)) == [Action.FINISH]
+
+
+def verifying_a_clearing_fix(st: RunState) -> None:
+    to_handoff(st)
+    loop.step(st, loop.Submitted(t=4))
+    loop.step(st, loop.CIFinished(t=5, result=CIResult(status=CIStatus.GREEN)))
+    loop.step(st, loop.Deployed(t=6))
+    for t in range(7, 25):  # cleared at 7, sustained for 18 s of the 20
+        assert loop.step(st, sampled(t)) == [Action.SAMPLE]
+
+
+def test_a_target_changed_while_verified_fails_not_cleared_and_ends_the_run() -> None:
+    st = operator_state()
+    verifying_a_clearing_fix(st)
+    change = "Deployment spec.replicas: 1 -> 0"
+    assert loop.step(st, loop.TargetChanged(t=25, change=change)) == [
+        Action.RECORD,
+        Action.RESTORE,
+    ]
+    v = st.verdict
+    assert v is not None
+    assert (v.passed, v.reason) == (False, Reason.NOT_CLEARED)
+    assert change in v.message
+    assert "changed during verification" in v.message
+    # what the alerts said is not the build's doing: only CI's credit is kept
+    assert v.score == pytest.approx(v.signal("ci_green").points)
+    assert v.score < v.pass_threshold
+    assert st.tampered == change
+    # an environment someone changed is not graded again: the run ends
+    assert loop.step(st, loop.Restored(t=26)) == [Action.FINISH]
+    assert st.phase is Phase.DONE
+
+
+def test_a_target_change_outside_verification_is_not_graded() -> None:
+    st = operator_state()
+    to_handoff(st)
+    assert loop.step(st, loop.TargetChanged(t=4, change="x")) == []
+    assert (st.phase, st.verdict, st.tampered) == (Phase.AWAITING_SUBMISSION, None, None)
+
+
+def test_a_target_changed_event_survives_a_json_round_trip() -> None:
+    st = operator_state()
+    verifying_a_clearing_fix(st)
+    loop.step(st, loop.TargetChanged(t=25, change="Service spec.selector.app: a -> b"))
+    again = RunState.model_validate_json(st.model_dump_json())
+    assert again.tampered == "Service spec.selector.app: a -> b"
+    assert again.verdict == st.verdict

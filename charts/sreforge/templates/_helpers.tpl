@@ -32,6 +32,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
+{{/* The image of the pods the operator runs in tenant namespaces: no scenarios in it. */}}
+{{- define "sreforge.runnerImage" -}}
+{{- printf "%s:%s" .Values.runnerImage.repository (.Values.runnerImage.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "sreforge.scraperLabels" -}}
+{{- $items := list }}
+{{- range $k, $v := .Values.networkPolicy.scraper.podLabels }}
+{{- $items = append $items (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join "," (sortAlpha $items) }}
+{{- end -}}
+
 {{- define "sreforge.agentNamespace" -}}
 {{- default .Release.Namespace .Values.agent.namespace -}}
 {{- end -}}

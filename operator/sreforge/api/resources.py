@@ -102,6 +102,13 @@ class IncidentSpec(_Spec):
     load_runner: LoadRunner = "builtin"
     # how long the run waits for its target Deployment, its Service and its Prometheus
     target_timeout_seconds: DaySeconds = 600
+    # the ServiceAccount the target's pods (the code under test) run under while the
+    # Incident runs (None: the workload's own), and whether its token is mounted (never
+    # unless asked: the code under test gets no API credentials)
+    service_account_name: (
+        Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)] | None
+    ) = None
+    automount_service_account_token: bool = False
     load: IncidentLoad | None = None
     verify: IncidentVerify | None = None
 

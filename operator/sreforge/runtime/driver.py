@@ -31,6 +31,15 @@ class Stop(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
+class TargetChangedError(Exception):
+    """Raised by a runtime's `sample` when what it rolled out was changed by someone else
+    while it is verified: the run fails (sreforge.loop.TargetChanged), it is not a fault."""
+
+    def __init__(self, change: str) -> None:
+        super().__init__(change)
+        self.change = change
+
+
 class Runtime(Protocol):
     """What a runtime does for the driver. Each action is idempotent (a resumed driver may
     redo one); any exception it raises is a harness fault (the run is Inconclusive)."""
@@ -72,7 +81,8 @@ class Runtime(Protocol):
 
     # The clock and the idle hook.
     def sample(self) -> AlertSample:
-        """One look at the firing set and the load (called every sample interval)."""
+        """One look at the firing set and the load (called every sample interval); raises
+        TargetChangedError when the rolled-out target was changed while it is verified."""
         ...
 
     def poll(self) -> loop.Event | None:
@@ -201,6 +211,8 @@ class Driver:
         self._next_sample = (now if late else self._next_sample) + interval
         try:
             event: loop.Event = loop.Sampled(sample=self.runtime.sample())
+        except TargetChangedError as exc:
+            event = loop.TargetChanged(t=now, change=exc.change[:MAX_REASON])
         except Exception as exc:  # any failure of an action is a harness fault
             event = fault(exc)
         self.feed(event)

@@ -398,6 +398,7 @@ def test_helm_template_is_accepted_by_the_server(crds: ControlPlane, helm: Any) 
             "ClusterRoleBinding",
             "CustomResourceDefinition",
             "Deployment",
+            "NetworkPolicy",
             "Role",
             "RoleBinding",
             "Secret",  # the soak's secret, the operator's alone (templates/soak-secret.yaml)
@@ -463,16 +464,23 @@ def _assert_hardened(deployment: dict[str, Any]) -> None:
     assert env["SREFORGE_OPERATOR_IMAGE_PULL_POLICY"] == container["imagePullPolicy"]
 
 
-def test_chart_points_the_jobs_at_its_own_image(helm: Any) -> None:
-    """A plain install (no overrides) and an install with another image: the operator's
-    load Job and patch init containers run exactly the chart's image, pulled alike."""
+def test_chart_points_the_jobs_at_its_runner_image(helm: Any) -> None:
+    """A plain install (no overrides) and an install with other images: the operator's
+    load and prober Jobs and patch init containers run exactly the chart's runner image
+    (no scenarios in it), pulled like the operator's own, never the operator's image."""
     scenario = load_scenario(REPO_ROOT / "scenarios" / "latency-cache-stampede")
     incident = {
         "metadata": {"name": "inc", "namespace": "ns", "uid": "u"},
         "spec": {"scenario": scenario.name},
     }
-    for args, image, policy in (
-        ((), f"ghcr.io/sreforge/operator:{_chart_app_version()}", "IfNotPresent"),
+    version = _chart_app_version()
+    for args, image, runner, policy in (
+        (
+            (),
+            f"ghcr.io/sreforge/operator:{version}",
+            f"ghcr.io/sreforge/runner:{version}",
+            "IfNotPresent",
+        ),
         (
             (
                 "--set",
@@ -481,8 +489,13 @@ def test_chart_points_the_jobs_at_its_own_image(helm: Any) -> None:
                 "image.tag=t1",
                 "--set",
                 "image.pullPolicy=Never",
+                "--set",
+                "runnerImage.repository=registry.local/run",
+                "--set",
+                "runnerImage.tag=t2",
             ),
             "registry.local/op:t1",
+            "registry.local/run:t2",
             "Never",
         ),
     ):
@@ -494,15 +507,15 @@ def test_chart_points_the_jobs_at_its_own_image(helm: Any) -> None:
         assert (container["image"], container["imagePullPolicy"]) == (image, policy)
         env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
         cfg = OperatorConfig.from_env(env)
-        objs = render_load(incident, scenario.load, "http://catalog:8080", "builtin", cfg)
-        jobs = [o for o in objs if o["kind"] == "Job"]
-        assert len(jobs) == 2  # the load and the independent prober
-        for job in jobs:
-            (load,) = job["spec"]["template"]["spec"]["containers"]
-            assert (load["image"], load["imagePullPolicy"]) == (image, policy)
+        load_job, probe_job = render_load(
+            incident, scenario.load, "http://catalog:8080", "builtin", cfg
+        )
+        for job in (load_job, probe_job):
+            (box,) = job["spec"]["template"]["spec"]["containers"]
+            assert (box["image"], box["imagePullPolicy"]) == (runner, policy)
         ci_job = render_ci_job(incident, "sub", scenario, cfg, "cm")
         patch = ci_job["spec"]["template"]["spec"]["initContainers"][1]
-        assert (patch["image"], patch["imagePullPolicy"]) == (image, policy)
+        assert (patch["image"], patch["imagePullPolicy"]) == (runner, policy)
 
 
 def test_chart_metrics_monitors(crds: ControlPlane, helm: Any) -> None:
@@ -673,6 +686,51 @@ def _prometheus_docs(helm: Any, *args: str) -> list[dict[str, Any]]:
 def _one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     (doc,) = [d for d in docs if d["kind"] == kind]
     return doc
+
+
+def test_chart_network_policies_select_the_operator_and_its_prometheus(
+    crds: ControlPlane, helm: Any
+) -> None:
+    """The chart's NetworkPolicies select its own operator's and Prometheus' pods (their
+    pod templates' labels), let Prometheus be queried by the operator and the agent
+    namespace only, and tell the operator which pods scrape (the Incidents' policies let
+    only those in); the server accepts them."""
+    ns = "sreforge-np"
+    res = helm(
+        "template", "sreforge", str(CHART), "-n", ns, "--set", "prometheus.enabled=true",
+        "--set", "agent.namespace=agents",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    docs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    pols = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
+    assert sorted(pols) == ["sreforge-operator", "sreforge-prometheus"]
+    deps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    op_labels = deps["sreforge-operator"]["spec"]["template"]["metadata"]["labels"]
+    prom_labels = deps["sreforge-prometheus"]["spec"]["template"]["metadata"]["labels"]
+    for name, labels in (("sreforge-operator", op_labels), ("sreforge-prometheus", prom_labels)):
+        sel = pols[name]["podSelector"]["matchLabels"]
+        assert sel.items() <= labels.items(), (name, sel, labels)
+    other = pols["sreforge-operator"]["podSelector"]["matchLabels"]
+    assert not other.items() <= prom_labels.items()  # each selects its own pods only
+    (rule,) = pols["sreforge-prometheus"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9090}]
+    operator_peer, agents = rule["from"]
+    assert operator_peer["podSelector"]["matchLabels"].items() <= op_labels.items()
+    ns_label = {"kubernetes.io/metadata.name": "agents"}
+    assert agents == {"namespaceSelector": {"matchLabels": ns_label}}
+    # the operator's pod: its metrics and health ports alone
+    ports = sorted(p["port"] for r in pols["sreforge-operator"]["ingress"] for p in r["ports"])
+    assert ports == [8080, 8081]
+    # the scraper the operator's Incident policies let in: this Prometheus' pods
+    (container,) = deps["sreforge-operator"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    cfg = OperatorConfig.from_env({k: v for k, v in env.items() if v is not None})
+    assert cfg.scraper_namespace == ns
+    assert cfg.scraper_labels.items() <= prom_labels.items()
+    assert cfg.runner != cfg.operator_image
+    crds.kubectl("create", "namespace", ns)
+    out = _dry_run(crds, yaml.safe_dump_all([d for d in docs if d["kind"] == "NetworkPolicy"]))
+    assert "networkpolicy.networking.k8s.io/sreforge-prometheus serverside-applied" in out, out
 
 
 def test_helm_lint_strict_with_bundled_prometheus(helm: Any) -> None:

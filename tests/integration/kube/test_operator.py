@@ -32,6 +32,8 @@ from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin
 
 from sreforge.api.resources import GROUP, VERSION, IncidentSpec
 from sreforge.runtime import ci
+from sreforge.runtime.kube import guard
+from sreforge.runtime.kube.client import Kube
 from sreforge.runtime.process import free_port
 from sreforge.runtime.prometheus import PrometheusServer, prometheus_binary
 from sreforge.scenarios import fixes, load_scenario
@@ -136,6 +138,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 "core": client.CoreV1Api(api),
                 "apps": client.AppsV1Api(api),
                 "batch": client.BatchV1Api(api),
+                "networking": client.NetworkingV1Api(api),
+                "plain": api.sanitize_for_serialization,
                 "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
             }
         finally:
@@ -340,6 +344,214 @@ def test_incident_is_injected_with_owned_secure_load_job(env: dict[str, Any]) ->
     assert box.security_context.capabilities.drop == ["ALL"]
     # the target is the Service by its cluster DNS name
     assert "catalog-a.sreforge-op.svc.cluster.local:8080" in " ".join(box.command)
+
+
+def label_selector(sel: dict[str, Any]) -> str:
+    """A LabelSelector (matchLabels, matchExpressions with In) as a label query."""
+    parts = [f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items())]
+    for e in sel.get("matchExpressions") or []:
+        assert e["operator"] == "In", e
+        parts.append(f"{e['key']} in ({','.join(e['values'])})")
+    return ",".join(parts)
+
+
+def pods_selected(env: dict[str, Any], sel: dict[str, Any]) -> list[dict[str, Any]]:
+    found = env["core"].list_namespaced_pod(NS, label_selector=label_selector(sel)).items
+    return [env["plain"](p) for p in found if p.metadata.deletion_timestamp is None]
+
+
+def test_the_incident_confines_the_target_and_the_harness_pods(env: dict[str, Any]) -> None:
+    """The NetworkPolicies the operator creates are accepted by the API server and select
+    exactly the pods they are meant for (kwok's pods, made by the real controllers from the
+    operator's own templates); the target's pods run under the ServiceAccount the Incident
+    names, with no API token (the ServiceAccount admission plugin mounts none)."""
+    make_target(env, "catalog-n")
+    env["core"].create_namespaced_service_account(NS, {"metadata": {"name": "under-test"}})
+    make_incident(env, "inc-n", "catalog-n", serviceAccountName="under-test")
+    injected = wait_cond(env, "incidents", "inc-n", "Injected")
+    assert injected["status"] == "True", injected
+    found = env["networking"].list_namespaced_network_policy(
+        NS, label_selector="sreforge.dev/incident=inc-n"
+    )
+    pols = {p.metadata.name: env["plain"](p)["spec"] for p in found.items}
+    assert sorted(pols) == ["inc-n-ci", "inc-n-harness", "inc-n-target"]
+
+    def target_pods() -> list[dict[str, Any]]:
+        pods = pods_selected(env, pols["inc-n-target"]["podSelector"])
+        return (
+            pods
+            if pods and all(p["spec"]["containers"][0]["image"] == REGRESSED for p in pods)
+            else []
+        )
+
+    def harness_pods() -> list[dict[str, Any]]:
+        pods = pods_selected(env, pols["inc-n-harness"]["podSelector"])
+        return pods if len(pods) == 2 else []
+
+    # the target policy selects the regressed build's pods of this target, nothing else
+    for pod in wait_for("the target's pods under its policy", target_pods, timeout=60):
+        assert pod["metadata"]["labels"]["sreforge.dev/target"] == "catalog-n"
+        spec = pod["spec"]
+        assert spec["serviceAccountName"] == "under-test"
+        assert spec["automountServiceAccountToken"] is False
+        assert not [v for v in spec.get("volumes") or [] if "projected" in v], spec["volumes"]
+    # the harness policy (and the target's load peer) selects the load's and prober's pods
+    jobs = sorted(
+        p["metadata"]["labels"]["batch.kubernetes.io/job-name"]
+        for p in wait_for("the load's pods under their policy", harness_pods, timeout=60)
+    )
+    assert jobs == ["inc-n-load", "inc-n-probe"]
+    (rule,) = pols["inc-n-target"]["ingress"]
+    load_peer, scraper = rule["from"]
+    assert load_peer["podSelector"] == pols["inc-n-harness"]["podSelector"]
+    assert load_peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": NS}}
+    # this Prometheus is a host process: the scraper is its address
+    assert scraper == {"ipBlock": {"cidr": "127.0.0.1/32"}}
+    assert pols["inc-n-harness"]["ingress"] == [{"from": [scraper]}]
+    assert pols["inc-n-target"]["egress"][0]["ports"] == [
+        {"port": 53, "protocol": "UDP"},
+        {"port": 53, "protocol": "TCP"},
+    ]
+    assert pols["inc-n-ci"]["policyTypes"] == ["Ingress", "Egress"]
+    assert not pols["inc-n-ci"].get("ingress")
+    assert not pols["inc-n-ci"].get("egress")
+    # the namespace label the peers select on is the API server's own
+    ns = env["core"].read_namespace(NS)
+    assert ns.metadata.labels["kubernetes.io/metadata.name"] == NS
+
+
+def test_a_missing_service_account_is_named_and_nothing_changes(env: dict[str, Any]) -> None:
+    make_target(env, "catalog-s")
+    make_incident(env, "inc-s", "catalog-s", serviceAccountName="nobody")
+    wait_for(
+        "inc-s to end",
+        lambda: (get(env, "incidents", "inc-s").get("status") or {}).get("phase") == "Failed",
+        timeout=90,
+    )
+    inc = get(env, "incidents", "inc-s")
+    assert "spec.serviceAccountName" in inc["status"]["loop"]["state"]["fault"]
+    assert "nobody" in inc["status"]["loop"]["state"]["fault"]
+    assert container_image(env, "catalog-s") == HEALTHY
+
+
+def _probed_deployment(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "catalog",
+                            "image": REGRESSED,
+                            "ports": [{"name": "http", "containerPort": 8080}],
+                            "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
+                        }
+                    ]
+                },
+            },
+        },
+    }
+
+
+def _rogue_behind_the_service(env: dict[str, Any], name: str) -> None:
+    env["core"].create_namespaced_pod(
+        NS,
+        {
+            "metadata": {"name": f"{name}-fast", "labels": {"app": f"{name}-fast"}},
+            "spec": {"containers": [{"name": "fast", "image": HEALTHY}]},
+        },
+    )
+    env["core"].patch_namespaced_service(name, NS, {"spec": {"selector": {"app": f"{name}-fast"}}})
+
+
+def _recreate_with_another_selector(env: dict[str, Any], name: str) -> None:
+    env["apps"].delete_namespaced_deployment(name, NS)
+    wait_for(
+        f"{name} to be deleted",
+        lambda: (
+            not env["apps"]
+            .list_namespaced_deployment(NS, field_selector=f"metadata.name={name}")
+            .items
+        ),
+    )
+    env["apps"].create_namespaced_deployment(
+        NS, _probed_deployment(name, {"app": name, "tier": "other"})
+    )
+
+
+TAMPERS: dict[str, tuple[Any, list[str]]] = {
+    "scaled-to-zero": (
+        lambda env, n: env["apps"].patch_namespaced_deployment_scale(
+            n, NS, {"spec": {"replicas": 0}}
+        ),
+        ["Deployment spec.replicas: 1 -> 0"],
+    ),
+    "probe-deleted": (
+        lambda env, n: env["apps"].patch_namespaced_deployment(
+            n,
+            NS,
+            [{"op": "remove", "path": "/spec/template/spec/containers/0/readinessProbe"}],
+        ),
+        ["Deployment spec.template.spec.containers.catalog.readinessProbe removed"],
+    ),
+    "service-repointed": (
+        _rogue_behind_the_service,
+        [
+            "Service spec.selector.app:",
+            "pods not rolled out by the operator answer the Service:",
+        ],
+    ),
+    "recreated-with-another-selector": (
+        _recreate_with_another_selector,
+        [
+            "was deleted and created again",
+            'Deployment spec.selector.matchLabels.tier added ("other")',
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("tamper", list(TAMPERS))
+def test_the_guard_names_each_change_of_a_rolled_out_target(
+    env: dict[str, Any], tamper: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sreforge.runtime.kube.guard on the API server's own objects: a rolled-out target left
+    alone compares intact (the cluster's own status updates are not changes), and each way
+    an agent with rights in its namespace could change it is named."""
+    monkeypatch.setenv("KUBECONFIG", str(env["cp"].kubeconfig))
+    kube = Kube()
+    name = f"guard-{tamper}"[:40]
+    env["apps"].create_namespaced_deployment(NS, _probed_deployment(name, {"app": name}))
+    env["core"].create_namespaced_service(
+        NS,
+        {
+            "metadata": {"name": name},
+            "spec": {"selector": {"app": name}, "ports": [{"port": 8080, "targetPort": "http"}]},
+        },
+    )
+    wait_for(f"{name} to roll out", lambda: kube.rollout_done(NS, name)[0], timeout=60)
+    rolled_out = guard.snapshot(kube.target_view(NS, name))
+    assert rolled_out["replicaSets"], rolled_out  # its pod is Ready behind the Service
+    # left alone for a while (kwok's status heartbeats, the controllers' writes): intact
+    for _ in range(3):
+        time.sleep(1)
+        assert guard.changes(rolled_out, kube.target_view(NS, name)) == []
+    change, expected = TAMPERS[tamper]
+    change(env, name)
+
+    def named() -> list[str] | None:
+        got = guard.changes(rolled_out, kube.target_view(NS, name))
+        hit = all(any(e in g for g in got) for e in expected)
+        return got if hit else None
+
+    got = wait_for(f"the guard to name {tamper}", named, timeout=60)
+    print(tamper, got)
 
 
 def test_printer_columns(env: dict[str, Any]) -> None:

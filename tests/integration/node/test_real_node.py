@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import pytest
 import yaml
 from tests.kubeenv import REPO_ROOT, wait_for
 from tests.localcluster import LocalCluster
+from tests.reliability_cases import case
 
 from sreforge.scenarios import load_scenario
 
@@ -36,6 +39,7 @@ FIX = SCENARIO.directory / "fixes" / "restore-simplecache.patch"
 SYSTEM_NS = "sreforge-system"
 DEMO_NS = "sreforge-demo"
 OPERATOR_IMAGE = "sreforge/operator:dev"
+RUNNER_IMAGE = "sreforge/runner:dev"  # the load, prober and patch pods: no scenarios
 PROMETHEUS_IMAGE = "sreforge/prometheus:v3.16.0"
 HEALTHY = "sreforge/catalog:healthy"
 SOAK_LOW, SOAK_HIGH = 20, 40
@@ -119,6 +123,10 @@ def helm_install(cluster: LocalCluster, work: Path) -> None:
             "repository": OPERATOR_IMAGE.split(":", maxsplit=1)[0],
             "tag": OPERATOR_IMAGE.split(":")[1],
             "pullPolicy": "Never",
+        },
+        "runnerImage": {
+            "repository": RUNNER_IMAGE.split(":", maxsplit=1)[0],
+            "tag": RUNNER_IMAGE.split(":")[1],
         },
         "agent": {"namespace": DEMO_NS},
         "prometheus": {
@@ -384,3 +392,259 @@ def test_two_incidents_of_two_scenarios_on_one_prometheus(demo: LocalCluster) ->
             assert st["score"] >= 0.85
         else:
             assert st["reason"] == "NotCleared", json.dumps(st, indent=1)
+
+
+# ----------------------------------------------------------------- confinement (issue #13)
+# class of the attempt -> (its decoy of latency-cache-stampede, what its report must show:
+# nothing of the harness found to act on)
+EXPLOITS: dict[str, tuple[str, dict[str, Any]]] = {
+    "redirect-load": (
+        "exploit-redirect-load.patch",
+        {"generators": {}, "sockets": {}},
+    ),
+    "rewrite-rules": (
+        "exploit-rewrite-rules.patch",
+        {"prometheus": [], "rule_files": [], "rewritten": [], "reloaded": {}},
+    ),
+    "signal-harness": ("exploit-signal-harness.patch", {"alive": [], "stopped": {}}),
+    "read-root-cause": ("exploit-read-root-cause.patch", {"root_causes": [], "read": {}}),
+    "harness-ports": ("exploit-harness-ports.patch", {"harness": 0, "answers": {}}),
+}
+
+
+def own_incident(cluster: LocalCluster, ns: str, sustain: int = 30, budget: int = 60) -> None:
+    """A namespace with the healthy catalog and a stampede Incident against it, waited for
+    until the alert fires (AwaitingSubmission)."""
+    cluster.kubectl("create", "namespace", ns)
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(catalog_manifest(ns)))
+    cluster.kubectl("rollout", "status", "-n", ns, "deploy/catalog", "--timeout=120s")
+    body = {
+        "apiVersion": "sreforge.dev/v1alpha1",
+        "kind": "Incident",
+        "metadata": {"name": "inc", "namespace": ns},
+        "spec": {
+            "scenario": SCENARIO.name,
+            "prometheusURL": f"http://prometheus.{SYSTEM_NS}.svc:9090",
+            "loadRunner": "builtin",
+            "verify": {
+                "sustainSeconds": sustain,
+                "fireTimeoutSeconds": 180,
+                "clearBudgetSeconds": budget,
+                "passThresholdPercent": 85,
+            },
+        },
+    }
+    cluster.kubectl("create", "-f", "-", input_text=json.dumps(body))
+
+
+def await_fired(cluster: LocalCluster, *namespaces: str) -> None:
+    def fired() -> bool:
+        phases = []
+        for ns in namespaces:
+            st = incident(cluster, ns, "inc").get("status") or {}
+            assert st.get("phase") not in ("Failed", "Succeeded"), json.dumps(st, indent=1)
+            phases.append(st.get("phase"))
+        return all(p == "AwaitingSubmission" for p in phases)
+
+    wait_for(f"{', '.join(namespaces)}: the alert to fire", fired, timeout=300, interval=2)
+
+
+def deployed(cluster: LocalCluster, name: str, ns: str) -> None:
+    def rolled_out() -> bool:
+        sub = submission(cluster, name, ns)
+        assert (sub.get("status") or {}).get("passed") is None, json.dumps(sub["status"])
+        return (cond(sub, "Deployed") or {}).get("status") == "True"
+
+    wait_for(f"{ns}/{name} to be rolled out", rolled_out, timeout=420, interval=1)
+
+
+def exploit_reports(cluster: LocalCluster, ns: str, sub: str) -> list[dict[str, Any]]:
+    """The `sreforge-exploit {...}` lines of the patched pod's log, read while it runs."""
+    pods = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "app=catalog")["items"]
+    out: list[dict[str, Any]] = []
+    for pod in pods:
+        overlay = (pod["metadata"].get("annotations") or {}).get("sreforge.dev/overlay")
+        if overlay != sub:
+            continue
+        log = cluster.kubectl(
+            "logs", "-n", ns, pod["metadata"]["name"], "-c", "catalog", check=False
+        ).stdout
+        out += [
+            json.loads(line.removeprefix("sreforge-exploit "))
+            for line in log.splitlines()
+            if line.startswith("sreforge-exploit {")
+        ]
+    return out
+
+
+# in the load's and prober's pods: what listens, and whether a scenario is in the image
+LISTENING = """
+import json, os
+ports = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(table).read().splitlines()[1:]:
+        f = line.split()
+        if f[3] == "0A":
+            ports.add(int(f[1].rsplit(":", 1)[1], 16))
+print(json.dumps({"ports": sorted(ports), "scenarios": os.path.exists("/opt/sreforge/scenarios")}))
+"""
+
+
+def _tenant_pods_hold_nothing_of_the_grader(cluster: LocalCluster, ns: str) -> None:
+    """The load's and prober's pods (the runner image) hold no scenario and listen on their
+    metrics port alone, which answers no control call; the target's pods hold no token."""
+    for app in ("loadgen", "prober"):
+        (pod,) = kubectl_json(cluster, "get", "pods", "-n", ns, "-l", f"app={app}")["items"]
+        name = pod["metadata"]["name"]
+        assert pod["spec"]["containers"][0]["image"] == RUNNER_IMAGE
+        seen = json.loads(
+            cluster.kubectl("exec", "-n", ns, name, "--", "python", "-c", LISTENING).stdout
+        )
+        assert seen == {"ports": [9100], "scenarios": False}, (app, seen)
+        ip = pod["status"]["podIP"]
+        for method, path in (("POST", "/target"), ("GET", "/stats"), ("POST", "/stop")):
+            req = urllib.request.Request(f"http://{ip}:9100{path}", data=b"{}", method=method)
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(req, timeout=5)
+            assert refused.value.code in (404, 405), (app, method, path, refused.value.code)
+    for pod in kubectl_json(cluster, "get", "pods", "-n", ns, "-l", "app=catalog")["items"]:
+        spec = pod["spec"]
+        assert spec.get("automountServiceAccountToken") is False, spec
+        assert not [v for v in spec.get("volumes") or [] if "projected" in v], spec["volumes"]
+        for c in spec["containers"]:
+            mounts = [m["mountPath"] for m in c.get("volumeMounts") or []]
+            assert not [m for m in mounts if "serviceaccount" in m], mounts
+
+
+def _grade_exploit(
+    cluster: LocalCluster, ns: str, attempt: str, decoy: str, nothing: dict[str, Any]
+) -> None:
+    sub = attempt
+    submit(cluster, sub, (SCENARIO.directory / "decoys" / decoy).read_text(), ns, "inc")
+    deployed(cluster, sub, ns)
+    reports = wait_for(
+        f"{attempt}: the build's report in its log",
+        lambda sub=sub: exploit_reports(cluster, ns, sub),
+        timeout=60,
+        interval=2,
+    )
+    print(attempt, json.dumps(reports)[:3000])
+    assert {r["class"] for r in reports} == {attempt}, reports
+    for report in reports:
+        for key, value in nothing.items():
+            assert report[key] == value, (attempt, key, report)
+    st = graded(cluster, sub, timeout=420, ns=ns)["status"]
+    print(attempt, st["reason"], st["score"])
+    assert st["passed"] is False, (attempt, json.dumps(st, indent=1))
+    assert st["score"] < 0.85
+    assert st["reason"] == "NotCleared", (attempt, json.dumps(st, indent=1))
+    assert st["signals"]["ci_green"]["value"] is True  # graded as a deployed build
+
+
+def _repoint_service_to_a_healthy_pod(cluster: LocalCluster, ns: str) -> None:
+    """The Service now selects a healthy catalog pod of the agent's own: with the empty
+    patch the alert would clear (a fast build serves the load)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "fast", "namespace": ns, "labels": {"app": "fast"}},
+        "spec": catalog_manifest(ns)["items"][0]["spec"]["template"]["spec"],
+    }
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(pod))
+    cluster.kubectl("wait", "-n", ns, "pod/fast", "--for=condition=Ready", "--timeout=120s")
+    cluster.kubectl(
+        "patch", "-n", ns, "service", "catalog", "-p", '{"spec":{"selector":{"app":"fast"}}}'
+    )
+
+
+# namespace -> (the patch, what is done while it is verified, what the verdict must name)
+TAMPERS: dict[str, tuple[str, list[str], str]] = {
+    "tamper-scale": (
+        "",
+        ["scale", "deploy/catalog", "--replicas=0"],
+        "Deployment spec.replicas: 1 -> 0",
+    ),
+    "tamper-probe": (
+        FIX.read_text(),
+        [
+            "patch",
+            "deploy/catalog",
+            "--type=json",
+            "-p",
+            '[{"op":"remove","path":"/spec/template/spec/containers/0/readinessProbe"}]',
+        ],
+        "readinessProbe removed",
+    ),
+    "tamper-selector": ("", [], "Service spec.selector.app"),
+}
+
+
+@pytest.mark.slow
+def test_submissions_that_change_the_rolled_out_target_fail(demo: LocalCluster) -> None:
+    """While a Submission's build is verified, someone with rights in the target namespace
+    (the reviewers' held-out checks, by hand) scales the Deployment to zero, deletes its
+    readiness probe (under the reference fix, which would pass), or points the Service at
+    a healthy pod of their own (under the empty patch, which would then clear the alert):
+    each run fails NotCleared at once, its message naming the change, and the Incident
+    ends (an environment someone changed is not graded again)."""
+    cluster = demo
+    for ns in TAMPERS:
+        own_incident(cluster, ns, sustain=120)  # the fix could not pass before it is changed
+    await_fired(cluster, *TAMPERS)
+    for ns, (patch, _, _) in TAMPERS.items():
+        submit(cluster, "sub", patch, ns, "inc")
+    todo = dict(TAMPERS)
+
+    def act_on_the_rolled_out() -> bool:
+        for ns, (_, action, _) in list(todo.items()):
+            sub = submission(cluster, "sub", ns)
+            assert (sub.get("status") or {}).get("passed") is None, json.dumps(sub["status"])
+            if (cond(sub, "Deployed") or {}).get("status") != "True":
+                continue
+            if action:
+                cluster.kubectl("-n", ns, *action)
+            else:
+                _repoint_service_to_a_healthy_pod(cluster, ns)
+            del todo[ns]
+        return not todo
+
+    wait_for("each build rolled out, then changed", act_on_the_rolled_out, timeout=600, interval=1)
+    for ns, (_, _, named) in TAMPERS.items():
+        with case(f"tamper (real node): the rolled-out target changed: {ns}"):
+            _tamper_failed(cluster, ns, named)
+
+
+def _tamper_failed(cluster: LocalCluster, ns: str, named: str) -> None:
+    st = graded(cluster, "sub", timeout=300, ns=ns)["status"]
+    print(ns, st["reason"], st["score"], cond(submission(cluster, "sub", ns), "Verified"))
+    assert st["passed"] is False, (ns, json.dumps(st, indent=1))
+    assert st["reason"] == "NotCleared", (ns, json.dumps(st, indent=1))
+    verified = cond(submission(cluster, "sub", ns), "Verified") or {}
+    assert "changed during verification" in verified.get("message", ""), verified
+    assert named in verified["message"], verified
+    wait_for(
+        f"{ns}: the Incident to end",
+        lambda ns=ns: (incident(cluster, ns, "inc").get("status") or {}).get("phase") == "Failed",
+        timeout=180,
+        interval=2,
+    )
+
+
+@pytest.mark.slow
+def test_exploit_decoys_never_pass_on_real_pods(demo: LocalCluster) -> None:
+    """Each exploit decoy of latency-cache-stampede, graded in turn against one Incident on
+    real pods: each fails NotCleared (the regression is still there), its build ran the
+    attempt (its report is in the patched pod's log) and found nothing of the harness to
+    act on: a pod has its own network, PID and mount namespaces, the generator and prober
+    have no control surface, the runner image has no scenarios, and no token is mounted."""
+    cluster = demo
+    ns = "exploits"
+    own_incident(cluster, ns, budget=30)  # a build that clears does so well within 30 s
+    await_fired(cluster, ns)
+    with case("security (real node): what the tenant namespace's pods hold and serve"):
+        _tenant_pods_hold_nothing_of_the_grader(cluster, ns)
+    for attempt, (decoy, nothing) in EXPLOITS.items():
+        with case(f"security (real node): exploit decoy graded: {attempt}"):
+            _grade_exploit(cluster, ns, attempt, decoy, nothing)
+        if attempt != list(EXPLOITS)[-1]:
+            await_fired(cluster, ns)  # the regressed build is back and fires again

@@ -92,6 +92,7 @@ class Kube:
         self.apps: Any = client.AppsV1Api(self.api)
         self.batch: Any = client.BatchV1Api(self.api)
         self.custom: Any = client.CustomObjectsApi(self.api)
+        self.networking: Any = client.NetworkingV1Api(self.api)
         self._exc = client.exceptions.ApiException
 
     def default_namespace(self) -> str:
@@ -218,8 +219,8 @@ class Kube:
         return True
 
     def create(self, obj: dict[str, Any]) -> None:
-        """Create a Job, ConfigMap, Deployment or Service; an existing one of the same name is
-        kept (idempotent)."""
+        """Create a Job, ConfigMap, Deployment, Service or NetworkPolicy; an existing one of
+        the same name is kept (idempotent)."""
         ns = obj["metadata"]["namespace"]
         try:
             if obj["kind"] == "Job":
@@ -230,6 +231,8 @@ class Kube:
                 self.apps.create_namespaced_deployment(ns, obj)
             elif obj["kind"] == "Service":
                 self.core.create_namespaced_service(ns, obj)
+            elif obj["kind"] == "NetworkPolicy":
+                self.networking.create_namespaced_network_policy(ns, obj)
             else:
                 raise KubeError(f"cannot create kind {obj['kind']}")
         except self._exc as exc:
@@ -242,6 +245,42 @@ class Kube:
     def delete_job(self, ns: str, name: str) -> None:
         with contextlib.suppress(self._exc):
             self.batch.delete_namespaced_job(name, ns, propagation_policy="Background")
+
+    def delete_network_policy(self, ns: str, name: str) -> None:
+        with contextlib.suppress(self._exc):
+            self.networking.delete_namespaced_network_policy(name, ns)
+
+    def service_account_exists(self, ns: str, name: str) -> bool:
+        """Whether the ServiceAccount exists (errors other than not-found raise KubeError)."""
+        try:
+            self.core.read_namespaced_service_account(name, ns)
+        except self._exc as exc:
+            if self._status(exc) == 404:
+                return False
+            raise KubeError(f"ServiceAccount {ns}/{name}: {getattr(exc, 'reason', exc)}") from exc
+        return True
+
+    def target_view(self, ns: str, name: str) -> dict[str, Any]:
+        """The target as sreforge.runtime.kube.guard compares it: the Deployment, the Service
+        of the same name in front of it (None when either is gone) and the pods the
+        Service's selector picks (none without a selector)."""
+        dep = self.find_deployment(ns, name)
+        try:
+            svc: dict[str, Any] | None = self._plain(self.core.read_namespaced_service(name, ns))
+        except self._exc as exc:
+            if self._status(exc) != 404:
+                raise KubeError(f"Service {ns}/{name}: {getattr(exc, 'reason', exc)}") from exc
+            svc = None
+        selector = ((svc or {}).get("spec") or {}).get("selector") or {}
+        pods: list[dict[str, Any]] = []
+        if selector:
+            sel = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+            try:
+                found = self.core.list_namespaced_pod(ns, label_selector=sel).items
+            except self._exc as exc:
+                raise KubeError(f"pods of Service {ns}/{name}: {exc}") from exc
+            pods = [self._plain(p) for p in found]
+        return {"deployment": dep, "service": svc, "pods": pods}
 
     def delete_configmap(self, ns: str, name: str) -> None:
         with contextlib.suppress(self._exc):

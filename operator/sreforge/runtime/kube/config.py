@@ -13,6 +13,17 @@ Configuration (environment of the operator):
     SREFORGE_OPERATOR_IMAGE_PULL_POLICY
                                their imagePullPolicy (default IfNotPresent; the chart sets
                                its image.pullPolicy)
+    SREFORGE_RUNNER_IMAGE     image of what runs in tenant namespaces: the built-in load
+                               generator, the prober and the patch init containers (the
+                               Dockerfile's `runner` target: the package, no scenarios, so
+                               no root cause, regression, fix or decoy); default: the
+                               operator image (which carries the scenarios: set it)
+    SREFORGE_SCRAPER_NAMESPACE the namespace of the pods that scrape the targets (the only
+                               ones the Incident's NetworkPolicies let in beside the load);
+                               default: the namespace of the Prometheus URL's Service
+                               (http://<svc>.<ns>.svc...), or the URL's address if an IP
+    SREFORGE_SCRAPER_POD_LABELS
+                               k=v[,k=v] of those pods (default: any pod there)
     SREFORGE_SOURCE_DIR        where a service image holds its source tree (default "/app")
     SREFORGE_PROMETHEUS_URL    Prometheus to read when an Incident sets no prometheusURL
     SREFORGE_SOAK_SECRET       the secret each Incident's soak key is derived from (the chart
@@ -77,6 +88,16 @@ def _pull_policy(value: str | None) -> str:
     return value
 
 
+def _labels(var: str, value: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in value.split(","))):
+        key, eq, val = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"{var}={value!r}: each item must be KEY=VALUE, got {item!r}")
+        out[key.strip()] = val.strip()
+    return out
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     scenarios_dir: Path = field(default_factory=default_scenarios_dir)
@@ -89,6 +110,14 @@ class OperatorConfig:
     # written to CR status, never given to a Job or a tenant's pod
     soak_secret: str = field(default=_PROCESS_SOAK_SECRET, repr=False)
     soak_secret_from_env: bool = False
+    runner_image: str | None = None
+    scraper_namespace: str | None = None
+    scraper_labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def runner(self) -> str:
+        """The image of the pods the operator runs in tenant namespaces."""
+        return self.runner_image or self.operator_image
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -102,6 +131,11 @@ class OperatorConfig:
             prometheus_url=e.get("SREFORGE_PROMETHEUS_URL") or None,
             soak_secret=e.get("SREFORGE_SOAK_SECRET") or _PROCESS_SOAK_SECRET,
             soak_secret_from_env=bool(e.get("SREFORGE_SOAK_SECRET")),
+            runner_image=e.get("SREFORGE_RUNNER_IMAGE") or None,
+            scraper_namespace=e.get("SREFORGE_SCRAPER_NAMESPACE") or None,
+            scraper_labels=_labels(
+                "SREFORGE_SCRAPER_POD_LABELS", e.get("SREFORGE_SCRAPER_POD_LABELS") or ""
+            ),
         )
 
     def image(self, service: str, variant: str) -> str:

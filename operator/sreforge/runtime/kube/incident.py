@@ -25,8 +25,8 @@ from sreforge.api.verdict import Verdict
 from sreforge.loop import Phase, RunState
 from sreforge.oracle import soak
 from sreforge.runtime import failpoint
-from sreforge.runtime.driver import Driver, Stop
-from sreforge.runtime.kube import events, metrics
+from sreforge.runtime.driver import Driver, Stop, TargetChangedError
+from sreforge.runtime.kube import events, guard, metrics, policy
 from sreforge.runtime.kube.client import Kube, KubeError, PodFault
 from sreforge.runtime.kube.config import (
     CI_MARGIN_SECONDS,
@@ -110,6 +110,7 @@ class IncidentRun:
         self._labels = {"incident": self.name, "scenario": self.spec.scenario}
         # ... and what its container gets: the URLs of the Incident's own dependencies
         self._dep_env = as_entries(target_env(incident, self.scenario))
+        self._target = (self.target_ns, self.target)
         url = self.spec.prometheus_url or cfg.prometheus_url
         self.prometheus_url = url
         self.telemetry = (
@@ -223,6 +224,16 @@ class IncidentRun:
     def sample(self) -> AlertSample:
         if self.telemetry is None:
             raise KubeError(NO_PROMETHEUS)
+        if self.p.state.phase is Phase.VERIFYING and self.p.rolled_out is not None:
+            # the rolled-out target, intact? (a change fails the run: sreforge.loop)
+            try:
+                view = self.kube.target_view(*self._target)
+            except Exception as exc:  # the API unreadable now: compared at the next sample
+                self.log.warning(f"the target could not be read to compare it: {exc}")
+            else:
+                found = guard.changes(self.p.rolled_out, view)
+                if found:
+                    raise TargetChangedError("; ".join(found))
         got = self.telemetry.sample()
         if self.p.state.phase is Phase.VERIFYING:
             # a new revision's pods start at 0: any restart since is the fix's
@@ -313,13 +324,26 @@ class IncidentRun:
     def inject(self) -> loop.Event:
         svc = self.scenario.service.name
         self._await_prerequisites()
+        # refused before anything is recorded or changed: a fault here leaves the target as
+        # it was (restore() puts back only what a recorded baseline says was swapped)
+        account = self.spec.service_account_name
+        if account is not None and not self.kube.service_account_exists(self.target_ns, account):
+            raise KubeError(
+                f"spec.serviceAccountName: ServiceAccount {self.target_ns}/{account} not found"
+            )
+        assert self.prometheus_url is not None  # _await_prerequisites
+        scrapers = policy.scraper_peers(self.prometheus_url, self.cfg)
         dep = self.kube.get_deployment(self.target_ns, self.target)
+        # confined before anything of the run starts: the target's and the load's traffic
+        for obj in policy.render_network_policies(self.incident, dep, self.scenario, scrapers):
+            self.kube.create(obj)
         box = target_container(dep, svc)
         if self.p.baseline_image is None:
             self.p.baseline_image = box.get("image")
             self.p.baseline_workdir = box.get("workingDir")
             self.p.baseline_labels = dict(dep["spec"]["template"]["metadata"].get("labels") or {})
             self.p.baseline_env = env_entries(dep, svc, list(self._dep_env))
+            self.p.baseline_identity = policy.pod_identity(dep)
             # in status before the image changes: an operator that dies after the swap must
             # not take the regressed image for the baseline when it resumes
             self._persist()
@@ -327,8 +351,10 @@ class IncidentRun:
         self._start_dependencies()
 
         def swap(d: dict[str, Any]) -> dict[str, Any]:
-            out = overlay_template(
-                d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
+            out = self._confined(
+                overlay_template(
+                    d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
+                )
             )
             return with_env(out, svc, self._dep_env)
 
@@ -366,6 +392,12 @@ class IncidentRun:
                     self.scenario.service.deploy_timeout_seconds,
                     self._stop,
                 )
+
+    def _confined(self, dep: dict[str, Any]) -> dict[str, Any]:
+        """The pod template under the Incident's ServiceAccount, no token unless asked."""
+        return policy.confine_pod(
+            dep, self.spec.service_account_name, self.spec.automount_service_account_token
+        )
 
     def hand_off(self) -> None:
         brief = self.scenario.brief_path.read_text(encoding="utf-8")  # never root_cause.md
@@ -459,15 +491,17 @@ class IncidentRun:
             )
 
         def overlay(d: dict[str, Any]) -> dict[str, Any]:
-            out = overlay_template(
-                d,
-                svc,
-                self.cfg,
-                cm,
-                self.p.baseline_workdir,
-                sub,
-                list(self.scenario.protected),
-                **self._labels,
+            out = self._confined(
+                overlay_template(
+                    d,
+                    svc,
+                    self.cfg,
+                    cm,
+                    self.p.baseline_workdir,
+                    sub,
+                    list(self.scenario.protected),
+                    **self._labels,
+                )
             )
             return with_env(out, svc, self._dep_env)
 
@@ -488,6 +522,9 @@ class IncidentRun:
         except KubeError as exc:
             self._sub_conditions(sub, [condition("Deployed", False, "RolloutFailed", str(exc))])
             return loop.DeployFailed(t=time.time(), reason=str(exc)[:2000])
+        # what every sample of the verification compares the target with (persisted with
+        # the Deployed step: a resumed operator keeps comparing)
+        self.p.rolled_out = guard.snapshot(self.kube.target_view(*self._target))
         self._sub_conditions(
             sub,
             [
@@ -551,9 +588,13 @@ class IncidentRun:
         if self.p.state.injected_at is None and self.p.baseline_image is None:
             return  # nothing was changed
 
+        self.p.rolled_out = None  # verified: no longer compared
+
         def base(d: dict[str, Any]) -> dict[str, Any]:
-            out = overlay_template(
-                d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
+            out = self._confined(
+                overlay_template(
+                    d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
+                )
             )
             return with_env(out, svc, self._dep_env)
 
@@ -614,6 +655,9 @@ def restore_on_delete(kube: Kube, run: IncidentRun) -> None:
             SUBMISSION_PLURAL, run.ns, run.p.submission, refused("IncidentDeleted", why)
         )
     refuse_queued(kube, run.ns, run.name, "IncidentDeleted", why)
+    # the policies in the Incident's namespace go with their owner; the target's may be
+    # in another namespace (no owner across namespaces)
+    kube.delete_network_policy(run.target_ns, policy.target_policy_name(run.name))
     original = run.p.baseline_image
     if original is None:
         return
@@ -634,7 +678,11 @@ def restore_on_delete(kube: Kube, run: IncidentRun) -> None:
             k: v for k, v in labels.items() if k in keep or not k.startswith(RUN_LABEL_PREFIX)
         }
         # the env the dependencies replaced, as it was (their objects go with the Incident)
-        return with_env(out, svc, run.p.baseline_env) if run.p.baseline_env else out
+        if run.p.baseline_env:
+            out = with_env(out, svc, run.p.baseline_env)
+        if run.p.baseline_identity is not None:
+            out = policy.restore_identity(out, run.p.baseline_identity)
+        return out
 
     if kube.find_deployment(run.target_ns, run.target) is None:
         return  # deleted by its owner: nothing to give back

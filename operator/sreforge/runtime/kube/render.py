@@ -206,7 +206,7 @@ def _generator_job(  # noqa: PLR0917 (private to render_load)
 ) -> dict[str, Any]:
     """The built-in generator (or prober) as a Job listening on the node's $PORT."""
     job = k6.render_generator_job(
-        job_name, ns, profile, target_url, cfg.operator_image, ids_seed=ids_seed, probe=probe
+        job_name, ns, profile, target_url, cfg.runner, ids_seed=ids_seed, probe=probe
     )
     box = job["spec"]["template"]["spec"]["containers"][0]
     box["imagePullPolicy"] = cfg.operator_image_pull_policy
@@ -254,7 +254,7 @@ def overlay_init_containers(  # noqa: PLR0917 (private to this module's renderer
         },
         {
             "name": f"{prefix}patch",
-            "image": cfg.operator_image,
+            "image": cfg.runner,
             "imagePullPolicy": cfg.operator_image_pull_policy,
             "command": apply,
             "env": env,

@@ -224,6 +224,12 @@ class Persisted:
     baseline_labels: dict[str, str] | None = None
     # the target container's env entries the dependencies replace (None: it had none)
     baseline_env: dict[str, dict[str, Any] | None] | None = None
+    # the pod template's ServiceAccount and token setting before the injection
+    # (sreforge.runtime.kube.policy.pod_identity): what the run changed goes on delete
+    baseline_identity: dict[str, Any] | None = None
+    # the patched build as rolled out (sreforge.runtime.kube.guard.snapshot), compared at
+    # every sample while it is verified; None outside verification
+    rolled_out: dict[str, Any] | None = None
     finished: bool = False
 
     def dump(self) -> dict[str, Any]:
@@ -236,6 +242,8 @@ class Persisted:
             "baselineWorkdir": self.baseline_workdir,
             "baselineLabels": self.baseline_labels,
             "baselineEnv": self.baseline_env,
+            "baselineIdentity": self.baseline_identity,
+            "rolledOut": self.rolled_out,
             "finished": self.finished,
         }
 
@@ -249,6 +257,8 @@ class Persisted:
             baseline_workdir=data.get("baselineWorkdir"),
             baseline_labels=data.get("baselineLabels"),
             baseline_env=data.get("baselineEnv"),
+            baseline_identity=data.get("baselineIdentity"),
+            rolled_out=data.get("rolledOut"),
             finished=bool(data.get("finished")),
         )
 
