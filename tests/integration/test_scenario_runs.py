@@ -158,7 +158,12 @@ def test_case(request: pytest.FixtureRequest, case: catalogue.Case) -> None:
             assert signals[name]["credit"] < 1.0
     if case.control:
         assert record["session"]["case"] == 1
-        assert record["control"] == {"seconds": int(CONTROL), "targetFired": False}
+        assert record["control"] == {
+            "seconds": int(CONTROL),
+            "targetFired": False,
+            "pagesFired": [],
+            "restarts": 0,
+        }
     else:
         assert record["control"] is None  # the control window belongs to the first case
 
