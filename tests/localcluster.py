@@ -247,6 +247,9 @@ class LocalCluster:
             apiserver_args=(
                 f"--kubelet-client-certificate={self.work_dir / 'pki' / 'apiserver-kubelet.crt'}",
                 f"--kubelet-client-key={self.work_dir / 'pki' / 'apiserver-kubelet.key'}",
+                # the node's name resolves nowhere on this machine: exec, logs and the node
+                # proxy (cAdvisor) reach the kubelet at its InternalIP, the bridge address
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
             ),
         )
         self.host = HostState(self.work_dir / "host-state.json")
