@@ -93,10 +93,7 @@ def test_scaled_to_zero_is_named() -> None:
         v["deployment"]["status"]["readyReplicas"] = 0
         v["pods"] = []
 
-    assert changed(scale) == [
-        "Deployment spec.replicas: 1 -> 0",
-        "Deployment ready replicas 0 of the 1 rolled out",
-    ]
+    assert changed(scale) == ["Deployment spec.replicas: 1 -> 0"]
 
 
 def test_a_deleted_readiness_probe_is_named() -> None:
@@ -176,12 +173,15 @@ def test_deleted_objects_are_named() -> None:
     ]
 
 
-def test_a_pod_that_stopped_being_ready_is_named() -> None:
+def test_a_pod_that_stopped_being_ready_is_not_a_change() -> None:
+    """Readiness is the fix's behaviour under load, graded by the oracle; the real node
+    showed the reference fix's pod unready for a moment after its rollout."""
+
     def unready(v: dict[str, Any]) -> None:
         v["deployment"]["status"]["readyReplicas"] = 0
         v["pods"] = [pod("catalog-abc-1", ready=False)]
 
-    assert changed(unready) == ["Deployment ready replicas 0 of the 1 rolled out"]
+    assert changed(unready) == []
 
 
 def test_the_snapshot_is_plain_json() -> None:

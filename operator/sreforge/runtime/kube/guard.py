@@ -6,11 +6,16 @@ code under test, given a token) with rights in the target namespace could scale 
 Deployment to zero, point its Service at other pods, delete a probe, swap the image or the
 overlay, or run a pod of its own behind the Service. `snapshot` records, once the patched
 build is rolled out, what decides what the load and the prober reach: the Deployment
-(identity, replicas, selector, the whole pod template, and its ready replicas), the Service
+(identity, replicas, selector, the whole pod template), the Service
 in front of it (identity, selector, ports), and which ReplicaSet's pods answer it.
 `changes` names every difference a later view shows; the operator samples it with the
 alerts, and any difference fails the run (sreforge.loop: NotCleared, the message naming it).
 A general comparison, not a list of tricks: whatever changes in those fields is named.
+Readiness is not compared: a patched pod that stops answering its probe under load is the
+fix's behaviour, which the oracle grades (the service's series vanish, the load fails),
+not a change someone made (measured on the real node: the reference fix's pod went
+unready for a moment after its rollout under the stampede's load, and the guard failed a
+fix that holds).
 """
 
 from __future__ import annotations
@@ -99,10 +104,6 @@ def changes(rolled_out: dict[str, Any], view: dict[str, Any]) -> list[str]:
                 out.append(
                     f"Deployment spec was changed and changed back (generation {g0} -> {g1})"
                 )
-        want = before["spec"]["replicas"]
-        ready = (dep.get("status") or {}).get("readyReplicas") or 0
-        if ready < want:
-            out.append(f"Deployment ready replicas {ready} of the {want} rolled out")
     if svc is None:
         out.append("the Service in front of it was deleted")
     else:
