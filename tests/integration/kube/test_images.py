@@ -110,7 +110,9 @@ def test_build_a_service_image_and_run_it_read_only(docker_env: dict[str, str]) 
     try:
         base = f"http://127.0.0.1:{port}"
         assert wait_for("the catalog's /healthz", lambda: get(f"{base}/healthz"), 60) == b"ok"
-        product = json.loads(get(f"{base}/products/7") or b"{}")
+        # the first page opens the database: on a busy machine it may take longer than one
+        # request's 2 s timeout (seen once under a parallel kube suite)
+        product = json.loads(wait_for("product 7", lambda: get(f"{base}/products/7"), 30))
         assert product["id"] == 7
         assert product["top_reviews"], "the image carries the seeded database"
     finally:
