@@ -135,6 +135,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     options = RunOptions(
         runs_dir=tmp_path_factory.mktemp("mcp") / "runs",
         sustain_seconds=10,
+        soak_seconds=(0.0, 0.0),  # the soak has its own test (test_soak.py)
         agent_timeout_seconds=300,
         agent_shares=shares,
         live=False,
