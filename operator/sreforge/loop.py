@@ -214,6 +214,16 @@ class RunState(BaseModel):
             soak_seconds=self.soak()[1],
         )
 
+    def most_restarts(self) -> int | None:
+        """The most restarts of the patched service seen since its rollout (None: never
+        observed)."""
+        seen = [
+            s.restarts
+            for s in self.samples
+            if s.restarts is not None and self.redeployed_at and s.t >= self.redeployed_at
+        ]
+        return max(seen, default=None)
+
     def soak(self) -> tuple[str, float]:
         """(seed, seconds) of the soak of the case being graded (the last one handed in)."""
         key = self.soak_key or soak.derive_key("public", self.run_id)

@@ -319,7 +319,6 @@ class RunRecord(_Part):
         verifying = [s for s in state.samples if state.redeployed_at and s.t >= state.redeployed_at]
         loads = [s.load for s in verifying if s.load is not None]
         probes = [s.probe.success_ratio for s in verifying if s.probe and s.probe.success_ratio]
-        restarts = [s.restarts for s in verifying if s.restarts is not None]
         seed, soak_seconds = state.soak()
         cpu = [s for s in verifying if s.outside_cpu is not None]
         measured = oracle.contention(cpu, 0.0)
@@ -394,7 +393,7 @@ class RunRecord(_Part):
                 if state.redeployed_at
                 else None
             ),
-            restarts=max(restarts, default=None),
+            restarts=state.most_restarts(),
             fault=state.fault,
             wall_time_seconds={key: round(value, 3) for key, value in wall.items()},
             verdict=verdict,

@@ -562,9 +562,9 @@ class IncidentRun:
             if st.redeployed_at is not None:  # the soak it was held to, now the verdict is out
                 seed, seconds = st.soak()
                 fields["soak"] = {"seconds": seconds, "seed": seed}
-                seen = [s.restarts for s in st.samples if s.restarts is not None]
-                if seen:
-                    fields["restarts"] = max(seen)
+                restarts = st.most_restarts()
+                if restarts is not None:
+                    fields["restarts"] = restarts
             conds = [
                 condition(
                     "Accepted", True, "Graded", f"graded against Incident {self.name} ({st.run_id})"
