@@ -203,9 +203,48 @@ def test_alert_pending_at_redeploy_that_fires_after_is_the_old_builds() -> None:
     again = [sample(t, {err}) if 40 <= t < 50 else s for t, s in enumerate(samples)]
     v2 = oracle.evaluate(observe(again, before=frozenset({TARGET, err})), VERIFY)
     assert v2.new_alerts == [err]
-    # Without the pending episode before the redeploy, the first firing is new too.
+    # Without the pending episode before the redeploy, the first firing came and went while
+    # the service recovered (before the target cleared at +12s): the incident's too.
     v3 = oracle.evaluate(observe(samples, before=frozenset({TARGET})), VERIFY)
-    assert v3.new_alerts == [err]
+    assert v3.new_alerts == []
+
+
+ROUTE = "PricingRouteLatencyHigh"
+
+
+def _recovery_page(until: int, end: int = 60) -> list[AlertSample]:
+    """Seen in CI on configuration-retry-storm's reference fix, handed off the instant the
+    target fired: a per-route page over a 30s window (the target's is 10s) reads the storm's
+    latency late. It goes pending 5s after the redeploy, fires, and outlasts the target's
+    clear at +22s by as long as its window still holds the storm."""
+    return [
+        sample(
+            t,
+            ({TARGET} if t < 22 else set()) | ({ROUTE} if 15 <= t < until else set()),
+            pending=frozenset({ROUTE}) if 5 <= t < 15 else frozenset(),
+            pages=frozenset({ROUTE}),
+        )
+        for t in range(end + 1)
+    ]
+
+
+def test_a_page_that_comes_and_goes_while_the_service_recovers_is_the_incidents() -> None:
+    v = oracle.evaluate(observe(_recovery_page(until=42)), VERIFY)
+    assert v.passed, v.message
+    assert v.new_alerts == []
+    assert v.signal("no_new_alerts").value is True
+
+
+def test_a_page_set_off_in_the_recovery_that_stays_is_the_fixs() -> None:
+    # still firing once the clear budget (60s) is spent
+    long = oracle.evaluate(observe(_recovery_page(until=70, end=80)), VERIFY)
+    assert not long.passed
+    assert long.reason is Reason.NEW_ALERTS
+    assert long.new_alerts == [ROUTE]
+    # still firing when the watch ends, before the budget is spent
+    short = oracle.evaluate(observe(_recovery_page(until=60, end=55)), VERIFY)
+    assert short.reason is Reason.NEW_ALERTS, short.message
+    assert short.new_alerts == [ROUTE]
 
 
 def test_clear_after_budget_does_not_count() -> None:

@@ -3,9 +3,10 @@
 Pure: its finding can be recomputed from record.json. Missing telemetry is never a clear.
 
 Beyond the seed's v1 weights (docs/oracle.md): a clear counts only while the independent
-prober is served too, and a page-severity alert other than the target that begins after
-the redeploy, or is still firing once the clear budget is spent, fails the run closed
-(NewAlerts); a ticket-severity one only costs the no_new_alerts credit.
+prober is served too, and a page-severity alert other than the target charged to the fix
+(`_charged`: it began after the service recovered, or is still firing once the clear
+budget is spent or when the watch ends) fails the run closed (NewAlerts); a ticket-severity
+one only costs the no_new_alerts credit.
 """
 
 from __future__ import annotations
@@ -83,44 +84,57 @@ _STATE_REASON = {
 }
 
 
-def _new_alerts(obs: VerifyObservations) -> list[str]:
-    """Alerts other than the target whose firing episode began after the fix.
+def _charged(
+    obs: VerifyObservations, verify: VerifySpec, cleared_at: float | None
+) -> tuple[list[str], list[str]]:
+    """The alerts other than the target charged to the fix, and the page-severity ones
+    among them, in order of first charge. `obs.samples` are the samples from the redeploy.
 
-    An episode is the run of samples in which the alert is pending or firing. One already
-    active before the redeploy (an old-build condition still in the rule's `for` or rate
-    window) is not new while it lasts; once it ends, a later firing is new. Unknown samples
-    neither end nor start an episode.
+    An episode is the run of samples in which an alert is pending or firing; samples with
+    unknown alerts neither end nor start one. One active at the redeploy (an old-build
+    condition still in its rule's `for` or rate window) is inherited while it lasts. The
+    service recovers from the redeploy until the target clears (or, if it never does, until
+    the clear budget is spent). An alert is charged to the fix when it fires:
+      - in an episode that began after the recovery (the fix broke something later);
+      - in an episode that began during the recovery and is still firing once the clear
+        budget is spent or at the last sample watched: one that came and went while the
+        service recovered is the incident's, often an alert over a longer window than the
+        target's that reads the same symptom late (it made the reference fix of
+        configuration-retry-storm fail when its hand-off was instant);
+      - a page, inherited, still firing once the clear budget is spent (an old-build page
+        the fix left firing: users still hurt).
     """
-    seen: list[str] = []
+    if obs.redeployed_at is None:
+        return [], []
+    budget_end = obs.redeployed_at + verify.clear_budget_seconds
+    recovered = cleared_at if cleared_at is not None else budget_end
+    known = [s for s in obs.samples if s.firing is not None]
     inherited = set(obs.active_before_redeploy)
-    for s in obs.samples:
-        if s.firing is None:
-            continue
+    began: dict[str, float] = {}  # alert -> start of its current episode after the redeploy
+    charged: list[str] = []
+    pages: list[str] = []
+    for i, s in enumerate(known):
+        assert s.firing is not None
         active = s.firing | s.pending
         inherited &= active
-        for name in sorted(s.firing - inherited):
-            if name != obs.target_alert and name not in seen:
-                seen.append(name)
-    return seen
-
-
-def _paging(obs: VerifyObservations, verify: VerifySpec, new_alerts: Sequence[str]) -> list[str]:
-    """Page-severity alerts other than the target that fail the fix: one whose firing
-    episode began after the redeploy, or one still firing once the clear budget is spent
-    (an alert of the old build that the fix left firing: users still hurt)."""
-    if obs.redeployed_at is None:
-        return []
-    lingering_after = obs.redeployed_at + verify.clear_budget_seconds
-    out: list[str] = []
-    for s in obs.samples:
-        if s.firing is None or s.t < obs.redeployed_at:
-            continue
-        for name in sorted(s.pages & s.firing):
-            if name == obs.target_alert or name in out:
+        for name in [n for n in began if n not in active]:
+            del began[name]
+        for name in active - inherited:
+            began.setdefault(name, s.t)
+        last = i == len(known) - 1
+        for name in sorted(s.firing - {obs.target_alert}):
+            page = name in s.pages
+            if name in inherited:
+                due = page and s.t > budget_end
+            else:
+                due = began[name] > recovered or s.t > budget_end or last
+            if not due:
                 continue
-            if name in new_alerts or s.t > lingering_after:
-                out.append(name)
-    return out
+            if name not in charged:
+                charged.append(name)
+            if page and name not in pages:
+                pages.append(name)
+    return charged, pages
 
 
 def _signals(
@@ -297,9 +311,6 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
     t0 = obs.redeployed_at
     samples = sorted((s for s in obs.samples if s.t >= t0), key=lambda s: s.t)
     states = [classify(s, obs.target_alert, verify) for s in samples]
-    new_alerts = _new_alerts(obs.model_copy(update={"samples": samples}))
-    pages = _paging(obs.model_copy(update={"samples": samples}), verify, new_alerts)
-    new_alerts += [name for name in pages if name not in new_alerts]
     max_gap = MAX_GAP_INTERVALS * verify.sample_interval_seconds
     budget_end = t0 + verify.clear_budget_seconds
 
@@ -312,6 +323,8 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
         ),
         None,
     )
+    cleared_at = samples[first].t if first is not None else None
+    new_alerts, pages = _charged(obs.model_copy(update={"samples": samples}), verify, cleared_at)
     if first is None:
         before = [st for s, st in zip(samples, states, strict=True) if s.t <= budget_end]
         if SampleState.HARNESS in before or not before:
@@ -349,7 +362,7 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
         )
         return _finding(signals, reason, msg, new_alerts=new_alerts)
 
-    cleared_at = samples[first].t
+    assert cleared_at is not None
     ttc = round(cleared_at - t0, 3)
     details[SignalName.ALERT_CLEARED] = f"absent under delivered load {ttc:.1f}s after redeploy"
     details[SignalName.TIME_TO_CLEAR] = f"{ttc:.1f}s of a {verify.clear_budget_seconds}s budget"
