@@ -348,6 +348,19 @@ def _pidns(pid: int) -> str:
         return ""
 
 
+def _running(pid: int) -> bool:
+    """Whether `pid` still runs. A killed process whose parent died is re-parented to the
+    nearest child subreaper: that is this pytest process once a test ran a LocalRun in it
+    (runtime/contention.py), and it stays a zombie there until reaped, so reap it."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def test_a_killed_harness_takes_its_confined_builds_with_it(tmp_path: Path) -> None:
     """unshare ignores SIGTERM and the uid change clears a parent-death signal: the view's
     child re-arms it, so a SIGKILLed harness leaves no build running."""
@@ -376,10 +389,10 @@ def test_a_killed_harness_takes_its_confined_builds_with_it(tmp_path: Path) -> N
         harness.wait(10)
     deadline = time.monotonic() + 10
     pids = [inner, gateway]
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+    while time.monotonic() < deadline and any(_running(p) for p in pids):
         time.sleep(0.05)
-    assert not Path(f"/proc/{inner}").exists()
-    assert not Path(f"/proc/{gateway}").exists()
+    assert not _running(inner)
+    assert not _running(gateway)
     Path(root).rmdir()  # the views' mount point: a killed harness cannot remove it
 
 
