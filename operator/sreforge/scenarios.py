@@ -52,6 +52,9 @@ def load_scenario(path: Path | str) -> Scenario:
     ):
         if not required.is_file():
             raise ScenarioError(f"{file}: {label}: {required.name} is missing in {directory}")
+    for i, patch in enumerate(scenario.history_paths):
+        if not patch.is_file():
+            raise ScenarioError(f"{file}: history.commits.{i}.patch: {patch} is missing")
     return scenario
 
 

@@ -68,7 +68,7 @@ def served(
         regressed,
         ws,
         service="catalog",
-        regression_patch=(SCENARIO / "regression.patch").read_text(),
+        regression_patch=(SCENARIO / "history" / "01-drop-cache-layer.patch").read_text(),
     )
     history = tmp / "history.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(ws), str(history)], check=True)

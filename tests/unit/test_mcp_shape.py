@@ -186,7 +186,7 @@ def test_the_workspace_is_a_repository_with_the_release_on_top_of_the_baseline(
         (tree / "svc").mkdir(parents=True)
         (tree / "svc" / "app.py").write_text(body)
     (healthy / "svc" / "old.py").write_text("gone\n")
-    patch = (SCENARIO / "regression.patch").read_text()
+    patch = (SCENARIO / "history" / "01-drop-cache-layer.patch").read_text()
     ws = tmp_path / "ws"
     revs = workspace.prepare(healthy, regressed, ws, service="catalog", regression_patch=patch)
     log = subprocess.run(

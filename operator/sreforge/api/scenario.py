@@ -5,6 +5,7 @@ Pure models: paths are values here; sreforge.scenarios reads them.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -356,6 +357,39 @@ class ServiceSpec(_Model):
         return self
 
 
+Author = Annotated[str, Field(pattern=r"^[^<>\n]+ <[^<>\s]+@[^<>\s]+>$")]
+
+
+class HistoryCommit(_Model):
+    """One commit of the release's history: a patch (its `#` header is the message), who
+    wrote it and how long before the hand-off."""
+
+    patch: Annotated[str, Field(pattern=r"^[^/].*\.patch$")]
+    author: Author = Field(description='"Name <email>"')
+    age_hours: Annotated[float, Field(gt=0, le=24 * 365)]
+
+
+class History(_Model):
+    """The release as a series of commits on the healthy tree (oldest first). Together they
+    make exactly the regressed tree (`regression.patch`); some are harmless. The scenario
+    says whether reverting the newest commit alone mends the incident: the catalogue then
+    holds `fixes/revert-newest.patch` or `decoys/revert-newest.patch` (checked)."""
+
+    revert_newest_fixes: bool
+    commits: Annotated[list[HistoryCommit], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _oldest_first(self) -> History:
+        ages = [c.age_hours for c in self.commits]
+        if any(a <= b for a, b in pairwise(ages)):
+            raise ValueError(f"commits must go oldest first (age_hours decreasing), got {ages}")
+        patches = [c.patch for c in self.commits]
+        dups = sorted({p for p in patches if patches.count(p) > 1})
+        if dups:
+            raise ValueError(f"a patch is one commit, repeated: {dups}")
+        return self
+
+
 class Scenario(_Model):
     """One incident: a service, the regression that breaks it, the alert that proves it."""
 
@@ -371,6 +405,7 @@ class Scenario(_Model):
     service: ServiceSpec
     load: LoadProfile
     verify: VerifySpec = VerifySpec()
+    history: History | None = None
 
     # Set by the loader (sreforge.scenarios), not by scenario.toml.
     directory: Path = Field(default=Path(), exclude=True)
@@ -382,6 +417,11 @@ class Scenario(_Model):
     @property
     def regression_path(self) -> Path:
         return self.directory / self.regression
+
+    @property
+    def history_paths(self) -> list[Path]:
+        """The history's patches, oldest first (none: the regression is one commit)."""
+        return [self.directory / c.patch for c in (self.history.commits if self.history else [])]
 
     @property
     def brief_path(self) -> Path:

@@ -17,7 +17,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -167,12 +167,18 @@ def prepare_workspace(
     *,
     service: str,
     regression_patch: str,
+    commits: Sequence[workspace.Commit] = (),
 ) -> dict[str, str]:
     """`dest` becomes the regressed tree as a repository with its deploy history, and
     `history` a bare copy of it, the one the tool server reads: nothing an agent writes in
     its workspace's .git (hooks, fsmonitor, a pager) ever runs in the harness."""
     revisions = workspace.prepare(
-        healthy, regressed, dest, service=service, regression_patch=regression_patch
+        healthy,
+        regressed,
+        dest,
+        service=service,
+        regression_patch=regression_patch,
+        history=commits,
     )
     subprocess.run(
         ["git", "clone", "-q", "--bare", "--no-hardlinks", str(dest), str(history)],

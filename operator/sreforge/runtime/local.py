@@ -39,6 +39,7 @@ from sreforge.runtime import ci, contention, handoff, sandbox
 from sreforge.runtime.driver import Driver
 from sreforge.runtime.environment import LocalEnvironment
 from sreforge.runtime.process import ProcessError
+from sreforge.runtime.workspace import history_of
 
 PROGRESS_EVERY_SECONDS = 5.0
 
@@ -325,6 +326,7 @@ class LocalRun:
             self.case_dir / "handoff" / "history.git",
             service=self.scenario.service.name,
             regression_patch=self.scenario.regression_path.read_text("utf-8"),
+            commits=history_of(self.scenario),
         )
 
     def _serve_tools(self, workspace: Path, brief: Path) -> handoff.Desk:

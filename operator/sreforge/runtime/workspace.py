@@ -2,10 +2,12 @@
 
 A real on-call engineer opens the service's repository and finds the release that is
 running now on top of the one that ran before. The hand-off gives the agent the same: the
-healthy tree committed as the previous release, then the regression as the latest
-commit, with the message the scenario's `regression.patch` carries in its header (what
-its author would have written, not the root cause). `git log` and `git show` of this
-repository are the MCP server's deploy history.
+healthy tree committed as the previous release, then the release's commits. A scenario
+with a `[history]` has a series of them, by several authors, the regression among
+harmless ones (api.scenario.History); one without gets a single commit, with the message
+`regression.patch` carries in its header (what its author would have written, not the
+root cause). Either way the repository's tree is exactly the regressed build's, or the
+workspace is refused. `git log` and `git show` of it are the MCP server's deploy history.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from sreforge.api.scenario import Scenario, ScenarioError
 from sreforge.runtime import ci
 
 # Who committed what: two teammates, the previous release a few days before the latest.
@@ -23,6 +28,36 @@ BASELINE_AUTHOR = ("Priya Raman", "priya.raman@shop.example")
 RELEASE_AUTHOR = ("Jonas Weber", "jonas.weber@shop.example")
 BASELINE_MESSAGE = "release: {service} as deployed last week\n"
 FALLBACK_MESSAGE = "{service}: update\n"
+BASELINE_AGE = timedelta(days=6, hours=3)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A commit of the release: its patch (the `#` header is the message), its author
+    (name, email) and its age at the hand-off."""
+
+    patch: str
+    author: tuple[str, str]
+    age: timedelta
+    name: str = ""  # where the patch came from, for messages
+
+
+def history_of(scenario: Scenario) -> list[Commit]:
+    """The scenario's release history as commits, oldest first ([] when it has none)."""
+    if scenario.history is None:
+        return []
+    commits = []
+    for spec, path in zip(scenario.history.commits, scenario.history_paths, strict=True):
+        name, _, email = spec.author.partition(" <")
+        commits.append(
+            Commit(
+                patch=path.read_text("utf-8"),
+                author=(name, email.removesuffix(">")),
+                age=timedelta(hours=spec.age_hours),
+                name=spec.patch,
+            )
+        )
+    return commits
 
 
 def commit_message(patch: str, service: str) -> str:
@@ -92,38 +127,71 @@ def prepare(
     *,
     service: str,
     regression_patch: str,
+    history: Sequence[Commit] = (),
     now: datetime | None = None,
 ) -> dict[str, str]:
     """Make `workspace` the regressed tree as a repository: the previous release, then the
-    regression. Returns the short commit ids: {"baseline": ..., "release": ...}."""
+    release's commits (`history`, or the regression as one). Returns the short commit ids:
+    {"baseline": ..., "release": ...} (the release is the newest commit).
+
+    Raises ScenarioError naming the commit when a history patch does not apply, or when
+    the history does not make exactly the regressed tree."""
     now = now or datetime.now(tz=UTC)
     ci.copy_tree(healthy, workspace)
     _git(workspace, "init", "-q")
+    oldest = max((c.age for c in history), default=timedelta(0))
     _commit(
         workspace,
         BASELINE_MESSAGE.format(service=service),
         BASELINE_AUTHOR,
-        now - timedelta(days=6, hours=3),
+        now - max(BASELINE_AGE, oldest + timedelta(days=1)),
     )
     baseline = _git(workspace, "rev-parse", "--short", "HEAD").strip()
-    for entry in workspace.iterdir():  # the tree becomes the regressed one; .git stays
+    if history:
+        for i, commit in enumerate(history):
+            try:
+                ci.apply_patch(workspace, commit.patch)
+            except ci.PatchRejected as exc:
+                raise ScenarioError(
+                    f"history commit {i + 1} ({commit.name or 'unnamed'}) does not apply "
+                    f"on the ones before it: {exc}"
+                ) from exc
+            _commit(
+                workspace, commit_message(commit.patch, service), commit.author, now - commit.age
+            )
+        left = ci.diff_trees(regressed, workspace)
+        if left.strip():
+            changed = sorted(
+                {line.split()[-1] for line in left.splitlines() if line.startswith("diff --git")}
+            )
+            raise ScenarioError(
+                "the history does not make the regressed tree (healthy + regression.patch): "
+                f"they differ in {', '.join(changed)}"
+            )
+    else:
+        _replace_tree(workspace, regressed)
+        _commit(
+            workspace,
+            commit_message(regression_patch, service),
+            RELEASE_AUTHOR,
+            now - timedelta(minutes=47),
+        )
+    release = _git(workspace, "rev-parse", "--short", "HEAD").strip()
+    return {"baseline": baseline, "release": release}
+
+
+def _replace_tree(workspace: Path, tree: Path) -> None:
+    """The workspace's files become `tree`'s; .git stays."""
+    for entry in workspace.iterdir():
         if entry.name == ".git":
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink()
-    for entry in regressed.iterdir():
+    for entry in tree.iterdir():
         target = workspace / entry.name
         if entry.is_dir() and not entry.is_symlink():
             ci.copy_tree(entry, target)
         else:
             shutil.copy2(entry, target, follow_symlinks=False)
-    _commit(
-        workspace,
-        commit_message(regression_patch, service),
-        RELEASE_AUTHOR,
-        now - timedelta(minutes=47),
-    )
-    release = _git(workspace, "rev-parse", "--short", "HEAD").strip()
-    return {"baseline": baseline, "release": release}

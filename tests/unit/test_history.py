@@ -1,0 +1,155 @@
+"""A scenario's release history: commits by several authors that together are the
+regressed build, the agent's workspace built from them, and the revert-newest case."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from sreforge.api.scenario import Scenario, ScenarioError
+from sreforge.runtime import ci, workspace
+from sreforge.scenarios import decoys, discover, fixes, load_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOGUE = discover(ROOT / "scenarios")
+NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+
+
+def _trees(scenario: Scenario, tmp: Path) -> tuple[Path, Path]:
+    healthy, regressed = tmp / "healthy", tmp / "regressed"
+    ci.copy_tree(scenario.source_path(ROOT), healthy)
+    ci.copy_tree(healthy, regressed)
+    ci.apply_patch(regressed, scenario.regression_path.read_text("utf-8"))
+    return healthy, regressed
+
+
+def _prepare(scenario: Scenario, healthy: Path, regressed: Path, ws: Path) -> None:
+    workspace.prepare(
+        healthy,
+        regressed,
+        ws,
+        service=scenario.service.name,
+        regression_patch="",
+        history=workspace.history_of(scenario),
+    )
+
+
+def _log(ws: Path) -> list[str]:
+    return subprocess.run(
+        ["git", "log", "--format=%an <%ae>|%aI|%s"],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+
+
+@pytest.mark.parametrize("scenario", CATALOGUE, ids=[s.name for s in CATALOGUE])
+def test_the_workspace_history_is_the_scenarios_commits_and_makes_the_regressed_tree(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    assert scenario.history is not None, "every scenario ships a release history"
+    healthy, regressed = _trees(scenario, tmp_path)
+    ws = tmp_path / "ws"
+    commits = workspace.history_of(scenario)
+    revs = workspace.prepare(
+        healthy,
+        regressed,
+        ws,
+        service=scenario.service.name,
+        regression_patch=scenario.regression_path.read_text("utf-8"),
+        history=commits,
+        now=NOW,
+    )
+    log = _log(ws)
+    assert len(log) == len(commits) + 1  # the release import, then each commit
+    for line, commit in zip(log, reversed(commits), strict=False):
+        author, when, subject = line.split("|", 2)
+        assert author == f"{commit.author[0]} <{commit.author[1]}>"
+        assert datetime.fromisoformat(when) == NOW - commit.age
+        assert subject == workspace.commit_message(commit.patch, "x").splitlines()[0]
+    assert log[-1].endswith(f"|release: {scenario.service.name} as deployed last week")
+    assert len({line.split("|")[0] for line in log}) >= 2, "more than one author"
+    assert ci.diff_trees(regressed, ws) == ""  # exactly the build that is running
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ws, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert revs["release"] == head
+
+
+@pytest.mark.parametrize("scenario", CATALOGUE, ids=[s.name for s in CATALOGUE])
+def test_revert_newest_is_a_case_of_the_kind_the_scenario_declares(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    """fixes/revert-newest.patch when a blind revert of the newest commit mends it,
+    decoys/revert-newest.patch when it does not; either way it is exactly that revert."""
+    assert scenario.history is not None
+    mine = fixes(scenario) if scenario.history.revert_newest_fixes else decoys(scenario)
+    other = decoys(scenario) if scenario.history.revert_newest_fixes else fixes(scenario)
+    assert "revert-newest.patch" in [p.name for p in mine]
+    assert "revert-newest.patch" not in [p.name for p in other]
+    revert = next(p for p in mine if p.name == "revert-newest.patch")
+    healthy, regressed = _trees(scenario, tmp_path)
+    ci.apply_patch(regressed, revert.read_text("utf-8"))
+    before_newest = tmp_path / "before-newest"
+    ci.copy_tree(healthy, before_newest)
+    for commit in workspace.history_of(scenario)[:-1]:
+        ci.apply_patch(before_newest, commit.patch)
+    assert ci.diff_trees(before_newest, regressed) == ""
+
+
+def test_at_least_three_scenarios_are_not_mended_by_reverting_the_newest_commit() -> None:
+    blind = [s.name for s in CATALOGUE if s.history and not s.history.revert_newest_fixes]
+    assert len(blind) >= 3, blind
+
+
+def _scenario_copy(tmp: Path, name: str = "latency-cache-stampede") -> Path:
+    dest = tmp / name
+    shutil.copytree(ROOT / "scenarios" / name, dest)
+    return dest
+
+
+def test_a_history_that_does_not_apply_names_the_commit(tmp_path: Path) -> None:
+    directory = _scenario_copy(tmp_path)
+    newest = directory / "history" / "02-release-1.5.0.patch"
+    newest.write_text(newest.read_text().replace('-__version__ = "1.4.0"', '-__version__ = "9"'))
+    scenario = load_scenario(directory)
+    healthy, regressed = _trees(load_scenario(ROOT / "scenarios" / scenario.name), tmp_path)
+    with pytest.raises(ScenarioError, match=r"history commit 2 \(history/02-release-1.5.0.patch\)"):
+        _prepare(scenario, healthy, regressed, tmp_path / "ws")
+
+
+def test_a_history_that_is_not_the_regressed_build_names_the_files(tmp_path: Path) -> None:
+    directory = _scenario_copy(tmp_path)
+    toml = directory / "scenario.toml"
+    text = toml.read_text()
+    start = text.index('[[history.commits]]\npatch = "history/02-release-1.5.0.patch"')
+    toml.write_text(text[:start] + text[text.index("[service]") :])  # the newest left out
+    scenario = load_scenario(directory)
+    healthy, regressed = _trees(scenario, tmp_path)
+    with pytest.raises(ScenarioError, match=r"differ in .*catalog/__init__.py.*pyproject.toml"):
+        _prepare(scenario, healthy, regressed, tmp_path / "ws")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("age_hours = 4", "age_hours = 400"), r"history: .*oldest first"),
+        (('author = "Amara Okafor <amara.okafor@shop.example>"', 'author = "Amara"'), "author"),
+        (("history/02-release-1.5.0.patch", "history/03-missing.patch"), "03-missing.patch"),
+    ],
+)
+def test_a_bad_history_is_refused_with_the_field(
+    tmp_path: Path, edit: tuple[str, str], message: str
+) -> None:
+    directory = _scenario_copy(tmp_path)
+    toml = directory / "scenario.toml"
+    assert edit[0] in toml.read_text()
+    toml.write_text(toml.read_text().replace(*edit))
+    with pytest.raises(ScenarioError, match=message) as err:
+        load_scenario(directory)
+    assert "history" in str(err.value)
