@@ -51,6 +51,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e . --group dev
   touch "$stamp"
 fi
+# third-party services under test (substrate/*/source.toml): pinned sdists, checksummed,
+# unpacked with their pinned venvs into ~/.cache/sreforge/sources; never committed
+.venv/bin/sreforge sources fetch
 if [ "$kube" = 1 ]; then
   bash hack/k8s-tools.sh
 fi

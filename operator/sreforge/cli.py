@@ -17,7 +17,7 @@ from sreforge.api.scenario import Scenario, ScenarioError
 from sreforge.api.verdict import Reason
 from sreforge.mcp import agent
 from sreforge.mcp.server import serve_stdio_proxy
-from sreforge.runtime import campaign, handoff
+from sreforge.runtime import campaign, handoff, sources
 from sreforge.runtime.local import CaseSpec, LocalRun, RunOptions
 from sreforge.runtime.process import ProcessError
 from sreforge.runtime.session import run_session
@@ -112,6 +112,33 @@ def _print_summary(record: RunRecord, run_dir: Path) -> None:
         shown = f"{value:.1f}s" if isinstance(value, float) else str(value)
         print(f"{name:<16} {shown:>8} {s.credit:>7.2f} {s.weight:>7.2f}  {s.detail}")
     print(f"record   {run_dir / 'record.json'}")
+
+
+def cmd_sources(args: argparse.Namespace) -> int:
+    """`sreforge sources fetch|list`: the third-party services under test (source.toml)."""
+    try:
+        found = sources.discover(args.root)
+        if args.names:
+            unknown = sorted(set(args.names) - {spec.name for _, spec in found})
+            if unknown:
+                known = ", ".join(spec.name for _, spec in found) or "none"
+                print(
+                    f"error: no source named {', '.join(unknown)} (known: {known})", file=sys.stderr
+                )
+                return EXIT_ERROR
+            found = [(d, spec) for d, spec in found if spec.name in args.names]
+        for directory, spec in found:
+            where = sources.Fetched(spec)
+            if args.sources_command == "fetch":
+                where = sources.fetch(directory)
+            state = (
+                "fetched" if where.ready((directory / spec.requirements).read_text()) else "missing"
+            )
+            print(f"{spec.name:<12} {spec.version:<10} {spec.license:<12} {state:<8} {where.home}")
+    except sources.SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
 
 
 def cmd_scenarios_list(args: argparse.Namespace) -> int:
@@ -583,6 +610,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cp.add_argument("-v", "--verbose", action="store_true", help="progress lines of each case")
     cp.set_defaults(func=cmd_campaign)
+
+    src = sub.add_parser(
+        "sources", help="third-party services under test: pinned sdists, fetched, never committed"
+    )
+    src_sub = src.add_subparsers(dest="sources_command", required=True)
+    for name, text in (
+        ("fetch", "download, verify (sha256) and unpack each source, with its pinned venv"),
+        ("list", "each source and whether it is fetched"),
+    ):
+        one = src_sub.add_parser(name, help=text)
+        one.add_argument("names", nargs="*", help="source names (default: all)")
+        one.add_argument("--root", type=Path, default=repo_root(), help="the checkout")
+        one.set_defaults(func=cmd_sources)
 
     rp = sub.add_parser("report", help="write report.html and timeline.png for a run")
     report.add_arguments(rp)

@@ -1,0 +1,259 @@
+"""Fetching third-party services under test: pinned, checksummed, never committed.
+
+`substrate/<name>/source.toml` (sreforge.api.source.SourceSpec) names a release sdist and
+its sha256; `fetch` downloads it, refuses it unless the checksum matches, unpacks it with
+tarfile's `data` filter (no absolute paths, no `..`, no links out, no devices), checks that
+the project's own test suite is there, and installs the pinned requirements beside
+source.toml into a virtual environment of its own. Everything is built in a staging
+folder and renamed into place last, so a fetch that fails half-way leaves nothing that
+could be used: the cache holds a source only when it is whole.
+
+Layout: `<cache>/sources/<name>-<version>/` with `tree/` (the sdist's files), `venv/`
+(run its Python as `venv/bin/python`, always with `-m`: console scripts keep the staging
+path in their shebangs) and `complete` (the sha256 and the requirements' digest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from sreforge.api.source import SourceSpec, unpinned
+from sreforge.errors import SreforgeError
+
+FILE = "source.toml"
+DOWNLOAD_TIMEOUT_SECONDS = 60
+INSTALL_TIMEOUT_SECONDS = 900
+
+
+class SourceError(SreforgeError, RuntimeError):
+    """A source that cannot be used; the message names the package and version (or the
+    file and field) and the problem."""
+
+
+def pinned_lines(requirements: str) -> list[str]:
+    return [
+        ln.split("#", 1)[0].strip()
+        for ln in requirements.splitlines()
+        if ln.split("#", 1)[0].strip()
+    ]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SREFORGE_CACHE", Path.home() / ".cache" / "sreforge"))
+
+
+def load(directory: Path) -> SourceSpec:
+    """The spec in `directory/source.toml`; errors name the file and the field."""
+    file = directory / FILE
+    try:
+        data = tomllib.loads(file.read_text("utf-8"))
+    except FileNotFoundError as exc:
+        raise SourceError(f"{file}: no such file") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{file}: not valid TOML: {exc}") from exc
+    try:
+        spec = SourceSpec.model_validate(data)
+    except ValidationError as exc:
+        lines = [
+            f"{file}: {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in exc.errors()
+        ]
+        raise SourceError("\n".join(lines)) from exc
+    requirements = directory / spec.requirements
+    if not requirements.is_file():
+        raise SourceError(f"{file}: requirements: {requirements} is missing")
+    bad = unpinned(requirements.read_text("utf-8"))
+    if bad:
+        raise SourceError(
+            f"{requirements}: every requirement must be pinned as name==version, not: "
+            + ", ".join(bad)
+        )
+    return spec
+
+
+def discover(repo_root: Path) -> list[tuple[Path, SourceSpec]]:
+    """Every fetched source under `repo_root/substrate`, by directory name."""
+    return [(f.parent, load(f.parent)) for f in sorted((repo_root / "substrate").glob(f"*/{FILE}"))]
+
+
+class Fetched:
+    """Where a source lives in the cache."""
+
+    def __init__(self, spec: SourceSpec, cache: Path | None = None) -> None:
+        self.spec = spec
+        self.home = (cache or cache_root()) / "sources" / f"{spec.name}-{spec.version}"
+
+    @property
+    def tree(self) -> Path:
+        return self.home / "tree"
+
+    @property
+    def python(self) -> Path:
+        return self.home / "venv" / "bin" / "python"
+
+    def stamp(self, requirements: str) -> str:
+        digest = hashlib.sha256(requirements.encode()).hexdigest()
+        return f"sdist {self.spec.sha256}\nrequirements {digest}\n"
+
+    def ready(self, requirements: str) -> bool:
+        marker = self.home / "complete"
+        return marker.is_file() and marker.read_text() == self.stamp(requirements)
+
+
+def _download(url: str, dest: Path, label: str) -> None:
+    try:
+        with (
+            urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_SECONDS) as response,
+            dest.open("wb") as out,
+        ):
+            shutil.copyfileobj(response, out, 1 << 16)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise SourceError(f"{label}: cannot fetch {url}: {exc}") from exc
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 16), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _unpack(sdist: Path, tree: Path, spec: SourceSpec) -> int:
+    """The sdist's files into `tree` (its one top-level folder stripped); the count."""
+    top = {f"{spec.name}-{spec.version}", f"{spec.name.replace('-', '_')}-{spec.version}"}
+    out = tree.parent / "unpacked"
+    try:
+        with tarfile.open(sdist, "r:gz") as tar:
+            members = tar.getmembers()
+            outside = sorted(
+                {m.name for m in members if posixpath.normpath(m.name).split("/")[0] not in top}
+            )
+            if outside:
+                raise SourceError(
+                    f"{spec.label}: the sdist has files outside its {sorted(top)[0]}/ folder: "
+                    + ", ".join(outside[:5])
+                )
+            tar.extractall(out, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise SourceError(f"{spec.label}: the sdist cannot be unpacked: {exc}") from exc
+    (folder,) = [p for p in out.iterdir() if p.name in top]
+    folder.rename(tree)
+    return sum(1 for m in members if m.isfile())
+
+
+def _install(fetched: Fetched, staging: Path, requirements: Path, sdist: Path) -> None:
+    venv = staging / "venv"
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
+    steps = [
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+        [
+            *pip,
+            "--quiet",
+            "--no-deps",  # the file pins the whole closure: nothing unpinned slips in
+            "--only-binary",
+            ":all:",
+            "-r",
+            str(requirements),
+        ],
+        # the project's own metadata (its version, entry points), which it reads at import
+        [*pip, "--quiet", "--no-deps", str(sdist)],
+    ]
+    if not pinned_lines(requirements.read_text("utf-8")):
+        del steps[1]  # nothing to install but the project (pip refuses an empty file)
+    for argv in steps:
+        try:
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=INSTALL_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise SourceError(f"{fetched.spec.label}: `{' '.join(argv[:4])}` timed out") from exc
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
+            raise SourceError(
+                f"{fetched.spec.label}: `{' '.join(argv[-3:])}` failed "
+                f"(exit {done.returncode}):\n{tail}"
+            )
+    # ...but never its code: the code that runs is the tree under test (a build's copy,
+    # patched or not), first on sys.path as the working directory of `python -m`.
+    for rec in venv.glob("lib/python*/site-packages/*.dist-info/RECORD"):
+        if not rec.parent.name.lower().startswith(fetched.spec.name.replace("-", "_") + "-"):
+            continue
+        site = rec.parent.parent
+        tops = set()
+        for line in rec.read_text().splitlines():
+            path = site / line.split(",", 1)[0]
+            top = path.relative_to(site).parts[0]
+            if top.endswith(".dist-info") or top == "..":
+                continue
+            tops.add(top)
+            if path.is_file():
+                path.unlink()
+        for top in tops:
+            if (site / top).is_dir():
+                shutil.rmtree(site / top)  # what is left is compiled caches and folders
+
+
+def fetch(
+    directory: Path,
+    *,
+    cache: Path | None = None,
+    say: Callable[[str], None] = print,
+) -> Fetched:
+    """The source described in `directory/source.toml`, fetched into the cache unless it
+    is already there whole. Raises SourceError (nothing half-made is left to be used)."""
+    spec = load(directory)
+    requirements = directory / spec.requirements
+    fetched = Fetched(spec, cache)
+    wanted = requirements.read_text("utf-8")
+    if fetched.ready(wanted):
+        return fetched
+    fetched.home.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{fetched.home.name}-", dir=fetched.home.parent))
+    try:
+        sdist = staging / spec.url.rsplit("/", 1)[1]
+        say(f"sources: {spec.label}: downloading {spec.url}")
+        _download(spec.url, sdist, spec.label)
+        got = _sha256(sdist)
+        if got != spec.sha256:
+            raise SourceError(
+                f"{spec.label}: the sdist's sha256 is {got}, but {directory / FILE} pins "
+                f"{spec.sha256}: refused, nothing unpacked"
+            )
+        files = _unpack(sdist, staging / "tree", spec)
+        if not (staging / "tree" / spec.tests).is_dir():
+            raise SourceError(
+                f"{spec.label}: the sdist has no test suite at {spec.tests}/ (source.toml: tests)"
+            )
+        say(f"sources: {spec.label}: sha256 verified, {files} files unpacked ({spec.license})")
+        n = len(pinned_lines(wanted))
+        say(f"sources: {spec.label}: installing {n} pinned requirements into its own venv")
+        _install(fetched, staging, requirements, sdist)
+        sdist.unlink()
+        (staging / "complete").write_text(fetched.stamp(wanted))
+        if fetched.home.exists():  # an older or unfinished copy: never used, replaced
+            shutil.rmtree(fetched.home)
+        staging.rename(fetched.home)
+        say(f"sources: {spec.label}: ready at {fetched.home}")
+        return fetched
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
