@@ -158,6 +158,9 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
                         "title": s.title,
                         "fixes": len(fixes(s)),
                         "decoys": len(decoys(s)),
+                        "substrate": Path(s.service.source).name,
+                        "category": s.history.category if s.history else None,
+                        "signals": s.difficulty.signals if s.difficulty else [],
                     }
                     for s in scenarios
                 ],
@@ -167,11 +170,15 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
         return 0
     nw = max([4, *(len(s.name) for s in scenarios)])
     aw = max([5, *(len(s.target_alert) for s in scenarios)])
-    print(f"{'NAME':<{nw}} {'FAMILY':<14} {'ALERT':<{aw}} {'FIXES':>5} {'DECOYS':>6}  TITLE")
+    print(
+        f"{'NAME':<{nw}} {'FAMILY':<14} {'SUBSTRATE':<10} {'ALERT':<{aw}} {'FIXES':>5} "
+        f"{'DECOYS':>6}  CATEGORY"
+    )
     for s in scenarios:
+        category = s.history.category if s.history else "-"
         print(
-            f"{s.name:<{nw}} {s.family:<14} {s.target_alert:<{aw}} {len(fixes(s)):>5} "
-            f"{len(decoys(s)):>6}  {s.title}"
+            f"{s.name:<{nw}} {s.family:<14} {Path(s.service.source).name:<10} "
+            f"{s.target_alert:<{aw}} {len(fixes(s)):>5} {len(decoys(s)):>6}  {category}"
         )
     return 0
 

@@ -3,6 +3,7 @@ regressed build, the agent's workspace built from them, and the revert-newest ca
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from datetime import UTC, datetime
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sreforge import cli
 from sreforge.api.scenario import Scenario, ScenarioError
 from sreforge.runtime import ci, workspace
 from sreforge.scenarios import decoys, discover, fixes, load_scenario
@@ -128,7 +130,8 @@ def test_a_history_that_is_not_the_regressed_build_names_the_files(tmp_path: Pat
     toml = directory / "scenario.toml"
     text = toml.read_text()
     start = text.index('[[history.commits]]\npatch = "history/02-release-1.5.0.patch"')
-    toml.write_text(text[:start] + text[text.index("[service]") :])  # the newest left out
+    text = text[:start] + text[text.index("\n[difficulty]") :]  # the newest left out
+    toml.write_text(text.replace("revert_newest_fixes = false", "revert_newest_fixes = true"))
     scenario = load_scenario(directory)
     healthy, regressed = _trees(scenario, tmp_path)
     with pytest.raises(ScenarioError, match=r"differ in .*catalog/__init__.py.*pyproject.toml"):
@@ -153,3 +156,40 @@ def test_a_bad_history_is_refused_with_the_field(
     with pytest.raises(ScenarioError, match=message) as err:
         load_scenario(directory)
     assert "history" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ("revert_newest_fixes = false", "revert_newest_fixes = true"),
+            "revert_newest_fixes = true, but the causes",
+        ),
+        (("cause = true\n", ""), "no commit is marked `cause = true`"),
+    ],
+)
+def test_the_history_says_which_commits_are_causes_consistently(
+    tmp_path: Path, edit: tuple[str, str], message: str
+) -> None:
+    directory = _scenario_copy(tmp_path)
+    toml = directory / "scenario.toml"
+    toml.write_text(toml.read_text().replace(*edit))
+    with pytest.raises(ScenarioError, match="history") as err:
+        load_scenario(directory)
+    assert message in str(err.value)
+
+
+def test_scenarios_list_shows_family_substrate_and_category(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["scenarios", "list"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert set(rows) == {s.name for s in CATALOGUE}
+    assert rows["compound-cache-and-index"].split()[1:3] == ["compound", "catalog"]
+    assert rows["compound-cache-and-index"].endswith(
+        "2 causes in 2 commits, under a harmless newer commit"
+    )
+    assert rows["errors-connection-pool-leak"].endswith("one cause, newest commit")
+    assert cli.main(["scenarios", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert all(s["signals"] and s["category"] and s["substrate"] for s in listed)

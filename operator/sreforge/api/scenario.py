@@ -367,6 +367,8 @@ class HistoryCommit(_Model):
     patch: Annotated[str, Field(pattern=r"^[^/].*\.patch$")]
     author: Author = Field(description='"Name <email>"')
     age_hours: Annotated[float, Field(gt=0, le=24 * 365)]
+    # a cause of the incident (harness-internal, like root_cause.md): the rest are harmless
+    cause: bool = False
 
 
 class History(_Model):
@@ -387,7 +389,30 @@ class History(_Model):
         dups = sorted({p for p in patches if patches.count(p) > 1})
         if dups:
             raise ValueError(f"a patch is one commit, repeated: {dups}")
+        causes = [c.patch for c in self.commits if c.cause]
+        if not causes:
+            raise ValueError("no commit is marked `cause = true`: which one is the regression?")
+        newest_alone = causes == [self.commits[-1].patch]
+        if self.revert_newest_fixes != newest_alone:
+            raise ValueError(
+                f"revert_newest_fixes = {str(self.revert_newest_fixes).lower()}, but the causes "
+                f"are {causes} and the newest commit is {self.commits[-1].patch}"
+            )
         return self
+
+    @property
+    def category(self) -> str:
+        """How the incident sits in its history, for reading a leaderboard by category."""
+        causes = sum(c.cause for c in self.commits)
+        shape = "one cause" if causes == 1 else f"{causes} causes in {causes} commits"
+        where = "newest commit" if self.revert_newest_fixes else "under a harmless newer commit"
+        return f"{shape}, {where}"
+
+
+class Difficulty(_Model):
+    """What an SRE would look at to find this incident (harness-internal)."""
+
+    signals: Annotated[list[str], Field(min_length=1)]
 
 
 class Scenario(_Model):
@@ -406,6 +431,7 @@ class Scenario(_Model):
     load: LoadProfile
     verify: VerifySpec = VerifySpec()
     history: History | None = None
+    difficulty: Difficulty | None = None
 
     # Set by the loader (sreforge.scenarios), not by scenario.toml.
     directory: Path = Field(default=Path(), exclude=True)
