@@ -449,6 +449,8 @@ for df in sorted(root.glob("substrate/*/Dockerfile")):
 deps: set[str] = set()
 for toml in sorted(root.glob("scenarios/*/scenario.toml")):
     s = tomllib.loads(toml.read_text(encoding="utf-8"))
+    if "kube" not in s.get("runtimes", ["local", "kube"]):
+        continue  # local-only (a fetched third-party service without images yet)
     svc = s["service"]
     patch = (toml.parent / s.get("regression", "regression.patch")).relative_to(root)
     add(f"{svc['name']}:healthy", "repo", f"{svc['source']}/Dockerfile")

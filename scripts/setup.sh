@@ -11,6 +11,9 @@ for bin in prometheus:prometheus promtool:prometheus redis-server:redis-server g
   shellcheck:shellcheck chromium:chromium node:nodejs; do
   command -v "${bin%%:*}" >/dev/null 2>&1 || need+=("${bin##*:}")
 done
+# PostgreSQL's server programs: a real dependency of the fetched services (Kinto's storage);
+# the harness starts its own servers, so Debian's default cluster is never started here
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 cluster=0; kube=0
 for arg in "$@"; do
   case "$arg" in
@@ -36,8 +39,14 @@ if [ "${#need[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
+  # no service a package would start (PostgreSQL's default cluster, the Docker engine):
+  # this script starts only its own processes
+  policy=/usr/sbin/policy-rc.d
+  had_policy=0; [ -e "$policy" ] && had_policy=1
+  [ "$had_policy" = 1 ] || { printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null; $SUDO chmod 755 "$policy"; }
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     "${need[@]}" >/dev/null
+  [ "$had_policy" = 1 ] || $SUDO rm -f "$policy"
 fi
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then

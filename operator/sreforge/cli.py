@@ -311,6 +311,14 @@ def _validate_on_kube(args: argparse.Namespace, scenarios: list[Scenario]) -> in
     kube = Kube()
     cfg = OperatorConfig.from_env()
     rows: list[dict[str, object]] = []
+    local_only = [s.name for s in scenarios if "kube" not in s.runtimes]
+    if local_only:
+        print(
+            f"error: {', '.join(local_only)}: runtimes = {['local']} in scenario.toml "
+            "(no images for the real node yet): validate it locally",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     for scenario in scenarios:
         ns = f"validate-{scenario.name}"[:63].rstrip("-")
         command = (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from sreforge import catalogue
 from sreforge.api.scenario import Scenario
 from sreforge.api.verdict import Reason
+from sreforge.runtime import sources
 from sreforge.scenarios import decoys, discover, fixes, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,7 +138,7 @@ CATALOGUE = discover(ROOT / "scenarios")
 def test_every_patch_applies_to_the_regressed_tree(scenario: Scenario, tmp_path: Path) -> None:
     """A fix or decoy that no longer applies would fail as PatchRejected and prove nothing."""
     tree = tmp_path / "tree"
-    shutil.copytree(scenario.source_path(ROOT), tree)
+    sources.copy_healthy(scenario.source_path(ROOT), tree)  # a fetched service's too
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path)}
     subprocess.run(["git", "apply", str(scenario.regression_path)], cwd=tree, env=env, check=True)
     assert len(fixes(scenario)) >= 2

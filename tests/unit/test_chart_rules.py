@@ -10,12 +10,14 @@ from pathlib import Path
 
 import yaml
 
+from sreforge.scenarios import discover
+
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = REPO / "charts" / "sreforge" / "files" / "rules"
 
 
 def test_every_scenario_has_its_rules_bundled_in_the_chart() -> None:
-    scenarios = {p.parent.name: p for p in (REPO / "scenarios").glob("*/rules.yml")}
+    scenarios = {s.name: s.rules_path for s in discover(REPO / "scenarios") if "kube" in s.runtimes}
     bundled = {p.stem: p for p in BUNDLED.glob("*.yml")}
     assert len(scenarios) >= 6
     assert sorted(bundled) == sorted(scenarios), "bundle = one file per scenario, no strays"

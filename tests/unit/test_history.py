@@ -13,7 +13,7 @@ import pytest
 
 from sreforge import cli
 from sreforge.api.scenario import Scenario, ScenarioError
-from sreforge.runtime import ci, workspace
+from sreforge.runtime import ci, sources, workspace
 from sreforge.scenarios import decoys, discover, fixes, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
 def _trees(scenario: Scenario, tmp: Path) -> tuple[Path, Path]:
     healthy, regressed = tmp / "healthy", tmp / "regressed"
-    ci.copy_tree(scenario.source_path(ROOT), healthy)
+    sources.copy_healthy(scenario.source_path(ROOT), healthy)
     ci.copy_tree(healthy, regressed)
     ci.apply_patch(regressed, scenario.regression_path.read_text("utf-8"))
     return healthy, regressed

@@ -8,6 +8,7 @@ k6 itself is never installed or run here.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from sreforge.api.scenario import LoadProfile, Route
 from sreforge.load import k6series
+from sreforge.load.generator import request_authorization
 from sreforge.load.k6 import (
     K6_IMAGE,
     METRICS_PORT,
@@ -117,6 +119,9 @@ export default {
   },
 };
 """
+_K6_ENCODING_STUB = """\
+export default { b64encode: (s) => Buffer.from(s, 'utf-8').toString('base64') };
+"""
 _K6_STUB = """\
 export const results = [];
 export const seeds = [];
@@ -189,12 +194,14 @@ def _node_run(
         script.replace("from 'k6/http';", "from './k6_http.mjs';")
         .replace("from 'k6';", "from './k6.mjs';")
         .replace("from 'k6/metrics';", "from './k6_metrics.mjs';")
+        .replace("from 'k6/encoding';", "from './k6_encoding.mjs';")
     )
-    assert stubbed.count("./k6") == 3, "the script's imports changed; update the stubs"
+    assert stubbed.count("./k6") == 4, "the script's imports changed; update the stubs"
     (tmp / "script.mjs").write_text(stubbed, encoding="utf-8")
     (tmp / "k6_http.mjs").write_text(_K6_HTTP_STUB, encoding="utf-8")
     (tmp / "k6.mjs").write_text(_K6_STUB, encoding="utf-8")
     (tmp / "k6_metrics.mjs").write_text(_K6_METRICS_STUB, encoding="utf-8")
+    (tmp / "k6_encoding.mjs").write_text(_K6_ENCODING_STUB, encoding="utf-8")
     (tmp / "driver.mjs").write_text(_DRIVER, encoding="utf-8")
     proc = subprocess.run(
         [NODE, str(tmp / "driver.mjs")],
@@ -281,6 +288,34 @@ def test_request_and_checks_run_in_node(
     assert call["body"] is None
     assert call["params"]["timeout"] == "2000ms"
     assert out["results"] == [expected]
+
+
+@needs_node
+def test_an_api_clients_basic_credentials_are_its_own(tmp_path: Path) -> None:
+    """A route with basic_auth sends the id's own account, as the generator does."""
+    profile = LoadProfile(
+        rate=10,
+        routes=[
+            Route(path="/records/p-{id}", id_range=(10, 19), basic_auth=("client-{id}", "s-{id}"))
+        ],
+        **UNIFORM,
+    )
+    out = _node_run(
+        render_k6_script(profile, "http://svc:8080"),
+        tmp_path,
+        random=0.55,
+        status=200,
+        mode="echo",
+        ident=15,
+    )
+    [call] = out["calls"]
+    assert call["url"] == "http://svc:8080/records/p-15"
+    assert (
+        call["params"]["headers"]["Authorization"]
+        == "Basic " + base64.b64encode(b"client-15:s-15").decode()
+    )
+    [route] = profile.mix()
+    assert request_authorization(route, 15) == call["params"]["headers"]["Authorization"]
 
 
 @needs_node

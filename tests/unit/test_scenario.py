@@ -55,6 +55,36 @@ def copy_scenario(tmp_path: Path) -> Path:
             "target_alert",
             "pattern",
         ),
+        (
+            'dependencies = ["redis"]',
+            'dependencies = ["redis"]\nenv = { DB = "{postgresql_url}" }',
+            "service",
+            "env: {postgresql_url} needs `postgresql` in dependencies",
+        ),
+        (
+            'dependencies = ["redis"]',
+            'dependencies = ["redis"]\nenv = { DB = "{secret}" }',
+            "service",
+            "env: {secret} is not one of {port}, {data_dir}, {redis_url}, {postgresql_url}",
+        ),
+        (
+            'dependencies = ["redis"]',
+            'dependencies = ["redis"]\nenv = { POSTGRESQL_URL = "x" }',
+            "service",
+            "are set by the runtime",
+        ),
+        (
+            'dependencies = ["redis"]',
+            'dependencies = ["mysql"]',
+            "service.dependencies.0",
+            "'redis' or 'postgresql'",
+        ),
+        (
+            "known_answers = 300       # every id: each answer is checked against the healthy build's\n\n[[load.routes]]",
+            'known_answers = 300\nbasic_auth = ["user:{id}", "x"]\n\n[[load.routes]]',
+            "load.routes.0.basic_auth.0",
+            "pattern",
+        ),
     ],
 )
 def test_invalid_scenario_names_file_field_problem(

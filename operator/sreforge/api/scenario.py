@@ -5,6 +5,7 @@ Pure models: paths are values here; sreforge.scenarios reads them.
 
 from __future__ import annotations
 
+import re
 from itertools import pairwise
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
@@ -119,6 +120,9 @@ def _ordered(value: tuple[int, int] | None) -> tuple[int, int] | None:
     return value
 
 
+BasicPart = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^:\s]+$")]
+
+
 class Route(_Model):
     """One user-facing route of a traffic mix: how it is asked, how often, and how its
     answers are judged. Its series carry ``route=<name>`` (the path template by default)."""
@@ -138,6 +142,9 @@ class Route(_Model):
     # those ids whose JSON is not the same document is `invalid`. A service that
     # fabricates answers under load (right status, right id, made-up body) fails them.
     known_answers: Annotated[int, Field(ge=0, le=2000)] = 0
+    # HTTP Basic credentials [user, password] the client for id {id} sends (templates:
+    # "{id}" becomes the id), as an API client with an account of its own would.
+    basic_auth: tuple[BasicPart, BasicPart] | None = None
 
     @property
     def label(self) -> str:
@@ -230,7 +237,10 @@ class LoadProfile(_Model):
 EnvName = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")]
 # Names a run already gives a meaning to: Prometheus jobs and environment variables.
 RESERVED_JOBS = frozenset({"loadgen", "prober", "harness", "prometheus", "redis"})
-RESERVED_ENV = frozenset({"HOST", "PORT", "DATA_DIR", "REDIS_URL"})
+RESERVED_ENV = frozenset({"HOST", "PORT", "DATA_DIR", "REDIS_URL", "POSTGRESQL_URL"})
+# What the service's `env` values and its command may name, filled in per build.
+SERVICE_PLACEHOLDERS = ("{port}", "{data_dir}", "{redis_url}", "{postgresql_url}")
+_PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
 
 
 # What a confined substrate process sees of the host besides its own tree and its data
@@ -330,7 +340,11 @@ class ServiceSpec(_Model):
     test_command: Command
     health_path: Annotated[str, Field(pattern=r"^/")] = "/healthz"
     metrics_path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
-    dependencies: list[Literal["redis"]] = Field(default_factory=list)
+    dependencies: list[Literal["redis", "postgresql"]] = Field(default_factory=list)
+    # More environment for the service's builds (and its data preparation): values may
+    # name {port}, {data_dir}, {redis_url}, {postgresql_url} (e.g. a third-party service's
+    # own setting, KINTO_STORAGE_URL = "{postgresql_url}").
+    env: dict[EnvName, str] = Field(default_factory=dict)
     upstreams: list[UpstreamSpec] = Field(default_factory=list)
     test_timeout_seconds: Seconds = 300
     deploy_timeout_seconds: Seconds = 60
@@ -343,6 +357,24 @@ class ServiceSpec(_Model):
     capabilities: list[Capability] = Field(
         default_factory=list, description="Linux capabilities it needs (none can be granted)"
     )
+
+    @model_validator(mode="after")
+    def _placeholders_known(self) -> ServiceSpec:
+        for where, values in (("command", self.command), ("env", list(self.env.values()))):
+            for value in values:
+                for found in _PLACEHOLDER.findall(value):
+                    if found not in SERVICE_PLACEHOLDERS:
+                        raise ValueError(
+                            f"{where}: {found} is not one of {', '.join(SERVICE_PLACEHOLDERS)}"
+                        )
+        for dep in ("redis", "postgresql"):
+            named = f"{{{dep}_url}}"
+            if dep not in self.dependencies and any(named in v for v in self.env.values()):
+                raise ValueError(f"env: {named} needs `{dep}` in dependencies")
+        reserved = sorted(set(self.env) & RESERVED_ENV)
+        if reserved:
+            raise ValueError(f"env: {reserved} are set by the runtime")
+        return self
 
     @model_validator(mode="after")
     def _upstreams_distinct(self) -> ServiceSpec:
@@ -432,6 +464,9 @@ class Scenario(_Model):
     verify: VerifySpec = VerifySpec()
     history: History | None = None
     difficulty: Difficulty | None = None
+    # Where it can be graded: "kube" needs its images (hack/images.sh) and incident.yaml.
+    # A scenario on a fetched third-party service is local-only until its images exist.
+    runtimes: Annotated[list[Literal["local", "kube"]], Field(min_length=1)] = ["local", "kube"]
 
     # Set by the loader (sreforge.scenarios), not by scenario.toml.
     directory: Path = Field(default=Path(), exclude=True)

@@ -29,6 +29,9 @@ class SourceSpec(BaseModel):
     # the project's own test suite, inside the unpacked tree (checked at fetch)
     tests: Annotated[str, Field(pattern=r"^[^/][^\s]*$")] = "tests"
     requirements: str = "requirements.txt"
+    # the deployment's own files (its config, its data loader), copied onto the release's
+    # tree: what a team that runs the service keeps beside it (committed: ours, not theirs)
+    overlay: str | None = None
 
     @field_validator("url")
     @classmethod

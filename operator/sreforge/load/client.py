@@ -282,17 +282,27 @@ class ClientPool:
         self.connections_opened += 1
         return _Conn(reader, writer)
 
-    async def request(self, method: str, path: str, body: bytes | None, seconds: float) -> Response:
-        """``method path`` as the next visitor; raises TimeoutError after ``seconds``,
-        OSError (ProtocolError included) when no HTTP answer came."""
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        seconds: float,
+        *,
+        authorization: str | None = None,
+    ) -> Response:
+        """``method path`` as the next visitor (with the API client's ``authorization``,
+        if any); raises TimeoutError after ``seconds``, OSError (ProtocolError included)
+        when no HTTP answer came."""
         loop = asyncio.get_running_loop()
         session = self._checkout(loop.time())
         reusable = False
         try:
             async with asyncio.timeout(seconds):
-                head = _request_head(
-                    method, path, session.visitor.headers(self.origin.authority), body
-                )
+                headers = session.visitor.headers(self.origin.authority)
+                if authorization is not None:
+                    headers = [*headers, ("Authorization", authorization)]
+                head = _request_head(method, path, headers, body)
                 self.requests_sent += 1
                 for attempt in (1, 2):
                     reused = session.conn is not None

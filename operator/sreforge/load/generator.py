@@ -29,6 +29,7 @@ request attribute tells the load and the prober apart.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -515,7 +516,11 @@ class LoadGenerator:
     async def _send(self, session: ClientPool, route: Route, ident: int) -> Any:
         """The request of ``route`` for id ``ident``; its answer (status and body)."""
         return await session.request(
-            route.method, request_path(route, ident), request_body(route, ident), self._timeout
+            route.method,
+            request_path(route, ident),
+            request_body(route, ident),
+            self._timeout,
+            authorization=request_authorization(route, ident),
         )
 
     def _valid(self, route: Route, body: bytes, ident: int) -> bool:
@@ -610,6 +615,14 @@ def request_path(route: Route, ident: int) -> str:
     """The request target of ``route`` for id ``ident`` (percent-encoded where needed)."""
     raw = route.path.replace("{id}", str(ident))
     return raw if _PLAIN_PATH.match(raw) else quote(raw, safe=_PATH_SAFE)
+
+
+def request_authorization(route: Route, ident: int) -> str | None:
+    """The Authorization header of ``route`` for id ``ident`` (HTTP Basic), if it has one."""
+    if route.basic_auth is None:
+        return None
+    user, password = (part.replace("{id}", str(ident)) for part in route.basic_auth)
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
 def _fill(value: Any, ident: int) -> Any:

@@ -86,6 +86,7 @@ def _routes(profile: LoadProfile, seed: int) -> list[dict[str, Any]]:
                 "body": r.body
                 if r.body is not None
                 else ({"id": "{id}"} if r.method == "POST" else None),
+                "auth": list(r.basic_auth) if r.basic_auth is not None else None,
                 "expectStatus": r.expect_status,
                 "expectJsonId": r.expect_json_id,
                 "low": lo,
@@ -123,6 +124,7 @@ def render_k6_script(profile: LoadProfile, target_url: str, *, seed: int | None 
     options = json.dumps(k6_options(profile), indent=2)
     return f"""\
 // Rendered by sreforge.load.k6 from a LoadProfile; do not edit by hand.
+import encoding from 'k6/encoding';
 import http from 'k6/http';
 import {{ check, randomSeed }} from 'k6';
 import {{ Counter, Gauge }} from 'k6/metrics';
@@ -228,8 +230,13 @@ function headersOf(route) {{
   return headers;
 }}
 
-function paramsOf(route, tag) {{
-  return {{ timeout: TIMEOUT, tags: {{ name: tag }}, headers: headersOf(route) }};
+function paramsOf(route, tag, id) {{
+  const headers = headersOf(route);
+  if (route.auth !== null) {{
+    const [user, password] = route.auth.map((part) => fill(part, id));
+    headers['Authorization'] = 'Basic ' + encoding.b64encode(user + ':' + password);
+  }}
+  return {{ timeout: TIMEOUT, tags: {{ name: tag }}, headers: headers }};
 }}
 
 // JSON with object keys sorted: equal documents, equal strings
@@ -267,7 +274,7 @@ export function setup() {{
       const batch = left.slice(i, i + PARALLEL);
       const answers = http.batch(batch.map(([r, id]) => {{
         const route = ROUTES[r];
-        return [route.method, urlOf(route, id), bodyOf(route, id), paramsOf(route, 'learn')];
+        return [route.method, urlOf(route, id), bodyOf(route, id), paramsOf(route, 'learn', id)];
       }}));
       answers.forEach((res, j) => {{
         const [r, id] = batch[j];
@@ -292,7 +299,7 @@ export default function (data) {{
   const route = ROUTES.length === 1 ? ROUTES[0] : pick(ROUTES, (r) => r.weight);
   const id = idOf(route);
   const res = http.request(
-    route.method, urlOf(route, id), bodyOf(route, id), paramsOf(route, route.label)
+    route.method, urlOf(route, id), bodyOf(route, id), paramsOf(route, route.label, id)
   );
   const checks = {{}};
   checks[`status is ${{route.expectStatus}}`] = (r) => r.status === route.expectStatus;

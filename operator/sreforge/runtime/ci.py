@@ -255,9 +255,11 @@ def run_gate(
         )
 
     for argv in steps:
+        # `python` is resolved by whoever runs the step: confined, the service's own
+        # interpreter (a fetched service's venv) is the substrate's to choose
         command, env = resolve_command(argv), {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         if confine is not None:
-            command, confined_env = confine(command, workdir)
+            command, confined_env = confine(list(argv), workdir)
             env = confined_env if confined_env is not None else env
         try:
             proc = subprocess.run(

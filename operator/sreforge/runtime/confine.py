@@ -184,10 +184,20 @@ class Substrate:
 
     # ----- processes ---------------------------------------------------------------
     def _spec(
-        self, tree: Path | None, data: Path | None, net: str, *, tree_writable: bool
+        self,
+        tree: Path | None,
+        data: Path | None,
+        net: str,
+        *,
+        tree_writable: bool,
+        python: str | None = None,
     ) -> sandbox.Spec:
         assert self.root is not None
         mounts = [sandbox.Mount(d, d) for d in runtime_dirs()]
+        if python is not None:  # a fetched service's own venv, read-only at its own path
+            venv = str(Path(python).parent.parent)
+            if not any(venv == m.source or venv.startswith(m.source + "/") for m in mounts):
+                mounts.append(sandbox.Mount(venv, venv))
         cwd = "/"
         if tree is not None:
             mounts.append(sandbox.Mount(str(tree.resolve()), TREE, writable=tree_writable))
@@ -223,15 +233,18 @@ class Substrate:
         tree: Path | None = None,
         data: Path | None = None,
         env: Mapping[str, str] | None = None,
+        python: str | None = None,
     ) -> Managed:
         """Start a long-running substrate process (a build, an upstream, Redis) that
-        listens at `place`."""
+        listens at `place`. `python`: the interpreter `python` means (default: the harness's)."""
         if place.netns is None:
-            return Managed(name, argv, log_path=log_path, cwd=tree, env=env)
-        spec = self._spec(tree, data, place.netns, tree_writable=False)
+            return Managed(
+                name, resolve_command(argv, python), log_path=log_path, cwd=tree, env=env
+            )
+        spec = self._spec(tree, data, place.netns, tree_writable=False, python=python)
         return Confined(
             name,
-            sandbox.command(spec, resolve_command(argv)),
+            sandbox.command(spec, resolve_command(argv, python)),
             log_path=log_path,
             cwd=Path("/"),
             env=self._env(env or {}),
@@ -243,20 +256,26 @@ class Substrate:
         self,
         argv: Sequence[str],
         *,
-        tree: Path,
+        tree: Path | None,
         data: Path | None = None,
         tree_writable: bool = False,
+        python: str | None = None,
+        place: Place | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> tuple[list[str], dict[str, str] | None]:
         """The argv and environment of a one-off command (data preparation, the CI gate's
-        steps) in `tree`, in a network of its own with only a loopback. Unconfined: the
-        command as it is, and None (the harness's environment)."""
-        command = resolve_command(argv)
+        steps) in `tree`, in a network of its own with only a loopback, or at `place` (a
+        build's namespace, where its dependencies answer: a data preparation that writes
+        into PostgreSQL). Unconfined: the command as it is, and the harness's environment
+        with `env` (None when there is none)."""
+        command = resolve_command(argv, python)
         if not self.confined:
-            return command, None
-        spec = self._spec(tree, data, sandbox.NET_LOOPBACK, tree_writable=tree_writable)
-        if tree_writable:
+            return command, ({**os.environ, **env} if env else None)
+        net = place.netns if place is not None and place.netns else sandbox.NET_LOOPBACK
+        spec = self._spec(tree, data, net, tree_writable=tree_writable, python=python)
+        if tree_writable and tree is not None:
             sandbox.chown_tree(tree, sandbox.NOBODY, sandbox.NOBODY)
-        return sandbox.command(spec, command), self._env({})
+        return sandbox.command(spec, command), self._env(env or {})
 
     def close(self) -> None:
         """Stop the gateway and remove the views' mount point; after every process stopped."""

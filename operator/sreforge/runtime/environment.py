@@ -25,10 +25,10 @@ from sreforge.api.observation import AlertSample
 from sreforge.api.scenario import Scenario
 from sreforge.load import control as load_control
 from sreforge.load.command import generator_argv
-from sreforge.runtime import ci, contention
+from sreforge.runtime import ci, contention, postgres, sources
 from sreforge.runtime.confine import Place, Substrate
 from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter, ScrapeProxy
-from sreforge.runtime.process import Managed, ProcessError, free_port
+from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_command
 from sreforge.runtime.prometheus import PrometheusServer
 from sreforge.telemetry import LOAD_JOB, PROBE_JOB, Telemetry
 
@@ -75,6 +75,7 @@ class Build:
     label: str
     place: Place
     data: Path
+    database: str = ""  # its PostgreSQL database, when the service has one
 
     @property
     def port(self) -> int:
@@ -123,6 +124,11 @@ class LocalEnvironment:
         self.telemetry: Telemetry | None = None
         self.redis_url: str | None = None
         self.redis_port = 0
+        # PostgreSQL: its port, and the database the next build is given (runtime/postgres)
+        self.pg_port = 0
+        self.pg_database = ""
+        # the interpreter `python` means for the service: a fetched source's own venv
+        self.service_python: str | None = None
         self.upstream_env: dict[str, str] = {}  # url_env -> base URL of each upstream
         self.harness: HarnessExporter | None = None
         self.scrape: ScrapeProxy | None = None
@@ -140,12 +146,13 @@ class LocalEnvironment:
     def prepare_trees(self) -> None:
         """Copy the service's source twice: the healthy tree and the regressed one."""
         src = self.scenario.source_path(self.repo_root)
-        if not src.is_dir():
-            raise ProcessError(f"service source {src} does not exist")
         self.healthy = self.dir / "trees" / "healthy"
         self.regressed = self.dir / "trees" / "regressed"
-        ci.copy_tree(src, self.healthy)
-        ci.copy_tree(src, self.regressed)
+        try:
+            self.service_python = sources.copy_healthy(src, self.healthy)
+        except sources.SourceError as exc:
+            raise ProcessError(str(exc)) from exc
+        ci.copy_tree(self.healthy, self.regressed)
         try:
             ci.apply_patch(self.regressed, self.scenario.regression_path.read_text("utf-8"))
         except ci.PatchRejected as exc:
@@ -162,6 +169,9 @@ class LocalEnvironment:
         self.data_dir = fresh
         if self.redis_port:
             _redis_flushall(self.redis_port)
+        if self.pg_port:
+            self.pg_database = f"case_{label.replace('-', '_')}"[:63].lower()
+            postgres.create_database(self.pg_port, self.pg_database, template=postgres.PREPARED)
 
     # ----- processes ---------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str], **kw: Any) -> Managed:
@@ -185,22 +195,44 @@ class LocalEnvironment:
         """The CI gate's step `argv` in the patched `tree`, confined like the builds (the
         patch's code runs in it too); as it is before the substrate exists."""
         if self.substrate is None:
-            return argv, None
-        return self.substrate.wrap(argv, tree=tree, tree_writable=True)
+            return resolve_command(argv, self.service_python), None
+        return self.substrate.wrap(argv, tree=tree, tree_writable=True, python=self.service_python)
 
-    def _service_env(self, port: int, data_dir: Path) -> dict[str, str]:
+    def _service_env(self, port: int, data_dir: Path, database: str = "") -> dict[str, str]:
         assert self.substrate is not None
         data = self.substrate.data_path(data_dir)
         env = {"HOST": "127.0.0.1", "PORT": str(port), "DATA_DIR": data}
         if self.redis_url:
             env["REDIS_URL"] = self.redis_url
+        if self.pg_port and database:
+            env["POSTGRESQL_URL"] = postgres.url(self.pg_port, database)
         env.update(self.upstream_env)
+        for key, value in self.scenario.service.env.items():
+            env[key] = self._fill(value, env)
         return env
+
+    @staticmethod
+    def _fill(value: str, env: dict[str, str]) -> str:
+        """A scenario's {port}, {data_dir}, {redis_url}, {postgresql_url} for one build."""
+        for name, key in (
+            ("port", "PORT"),
+            ("data_dir", "DATA_DIR"),
+            ("redis_url", "REDIS_URL"),
+            ("postgresql_url", "POSTGRESQL_URL"),
+        ):
+            value = value.replace(f"{{{name}}}", env.get(key, ""))
+        return value
 
     def start_service(self, tree: Path, label: str) -> tuple[Managed, Build]:
         """Start the service from `tree` on a new port; returns it once it is healthy."""
         assert self.substrate is not None
-        build = Build(tree, label, self.substrate.place(reach=self.dependency_ports), self.data_dir)
+        build = Build(
+            tree,
+            label,
+            self.substrate.place(reach=self.dependency_ports),
+            self.data_dir,
+            self.pg_database,
+        )
         svc = self.scenario.service
         proc = self._spawn_build(build)
         try:
@@ -215,13 +247,15 @@ class LocalEnvironment:
     def _spawn_build(self, build: Build, restart: int = 0) -> Managed:
         svc = self.scenario.service
         name = f"{svc.name}-{build.label}" + (f"-restart{restart}" if restart else "")
+        env = self._service_env(build.port, build.data, build.database)
         return self._spawn_substrate(
             name,
-            svc.command,
+            [self._fill(a, env) for a in svc.command],
             place=build.place,
             tree=build.tree,
             data=build.data,
-            env=self._service_env(build.port, build.data),
+            env=env,
+            python=self.service_python,
         )
 
     # ----- the supervisor: a build that exits is started again, and counted -------------
@@ -319,11 +353,23 @@ class LocalEnvironment:
         self.prepare_trees()
         self.substrate = Substrate(self.dir, confined=self.confined)
         svc = self.scenario.service
+        if "postgresql" in svc.dependencies:
+            self._start_postgres()
         if svc.prepare:
-            data = self.substrate.data_path(self.data_dir)
-            argv = [a.replace("{data_dir}", data) for a in svc.prepare]
+            given = self._service_env(0, self.data_dir, postgres.PREPARED if self.pg_port else "")
+            given.pop("PORT")
+            argv = [self._fill(a, given) for a in svc.prepare]
             self.say(f"preparing data: {' '.join(argv)}")
-            command, env = self.substrate.wrap(argv, tree=self.healthy, data=self.data_dir)
+            # it reaches the service's dependencies (PostgreSQL) like a build
+            where = self.substrate.place(reach=self.dependency_ports) if self.pg_port else None
+            command, env = self.substrate.wrap(
+                argv,
+                tree=self.healthy,
+                data=self.data_dir,
+                python=self.service_python,
+                place=where,
+                env=given,
+            )
             done = subprocess.run(
                 command,
                 cwd=self.healthy,
@@ -332,6 +378,8 @@ class LocalEnvironment:
                 capture_output=True,
                 timeout=300,
             )
+            if where is not None:
+                self.substrate.release(where.port)
             if done.returncode != 0:
                 out = (done.stdout + done.stderr).decode(errors="replace")[-2000:]
                 raise ProcessError(
@@ -339,6 +387,9 @@ class LocalEnvironment:
                 )
         # every case of a session starts from the data as prepared here (see fresh_state)
         shutil.copytree(self.data_dir, self.dir / "data-prepared")
+        if self.pg_port:  # the first builds' database; later cases get theirs in fresh_state
+            self.pg_database = "live"
+            postgres.create_database(self.pg_port, self.pg_database, template=postgres.PREPARED)
         if "redis" in svc.dependencies:
             place = self.substrate.place()
             port = place.port
@@ -380,7 +431,11 @@ class LocalEnvironment:
         # Every target is known before Prometheus starts: its first discovery finds them
         # all, and none waits for the discovery manager's throttle after a later change.
         self.prom.set_targets(HARNESS_JOB, [self.harness.address])
-        self.prom.set_targets(svc.name, [self.scrape.address])  # stable: swaps never touch it
+        # stable: swaps never touch it; scraped at the service's own metrics path
+        self.prom.set_target_groups(
+            svc.name,
+            [{"targets": [self.scrape.address], "labels": {"__metrics_path__": svc.metrics_path}}],
+        )
         self.prom.set_targets(LOAD_JOB, [f"127.0.0.1:{loadgen_port}"])
         self.prom.set_targets(PROBE_JOB, [f"127.0.0.1:{prober_port}"])
         for job, address in upstream_targets.items():
@@ -445,6 +500,29 @@ class LocalEnvironment:
             env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         )
         return proc, int(proc.wait_file(port_file, 20))
+
+    def _start_postgres(self) -> None:
+        """Debian's PostgreSQL, confined like Redis, with an empty `prepared` database."""
+        assert self.substrate is not None
+        pg_data = self.dir / "postgres"
+        pg_data.mkdir()
+        where = self.substrate.data_path(pg_data)
+        self.say("starting postgresql")
+        command, env = self.substrate.wrap(postgres.initdb_argv(where), tree=None, data=pg_data)
+        done = subprocess.run(
+            command, env=env, cwd="/", capture_output=True, timeout=120, check=False
+        )
+        if done.returncode != 0:
+            out = (done.stdout + done.stderr).decode(errors="replace")[-2000:]
+            raise ProcessError(f"initdb exited {done.returncode}: {out}")
+        place = self.substrate.place()
+        server = self._spawn_substrate(
+            "postgresql", postgres.server_argv(where, place.port), place=place, data=pg_data
+        )
+        postgres.wait_ready(place.port, server.alive)
+        self.dependency_ports.append(place.port)
+        self.pg_port = place.port
+        postgres.create_database(self.pg_port, postgres.PREPARED)
 
     def _start_upstreams(self) -> dict[str, str]:
         """Start every upstream service from a copy of its tree; returns job -> host:port."""

@@ -29,9 +29,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def resolve_command(argv: Sequence[str]) -> list[str]:
-    """`python` in a scenario command means this interpreter, so the venv is used."""
-    return [sys.executable if a in ("python", "python3") else a for a in argv]
+def resolve_command(argv: Sequence[str], python: str | None = None) -> list[str]:
+    """`python` in a scenario command means this interpreter, so the venv is used (or
+    `python`: a fetched service's own venv, sreforge.runtime.sources)."""
+    exe = python or sys.executable
+    return [exe if a in ("python", "python3") else a for a in argv]
 
 
 def tail(path: Path, lines: int = 30) -> str:

@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from sreforge.api.source import SourceSpec, unpinned
 from sreforge.errors import SreforgeError
+from sreforge.runtime import ci
 
 FILE = "source.toml"
 DOWNLOAD_TIMEOUT_SECONDS = 60
@@ -257,3 +258,26 @@ def fetch(
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def copy_healthy(source: Path, dest: Path) -> str | None:
+    """Copy a service's healthy tree to `dest`: the committed tree at `source`, or, when
+    `source` holds a source.toml, the fetched release with the deployment's overlay on
+    top. Returns the interpreter `python` means for it (None: the harness's own).
+    Raises SourceError when a fetched source is not in the cache."""
+    if not (source / FILE).is_file():
+        if not source.is_dir():
+            raise SourceError(f"service source {source} does not exist")
+        ci.copy_tree(source, dest)
+        return None
+    spec = load(source)
+    fetched = Fetched(spec)
+    if not fetched.ready((source / spec.requirements).read_text("utf-8")):
+        raise SourceError(
+            f"{spec.label} is not fetched: run `sreforge sources fetch {spec.name}` "
+            "(bash scripts/setup.sh does)"
+        )
+    ci.copy_tree(fetched.tree, dest)
+    if spec.overlay:
+        shutil.copytree(source / spec.overlay, dest, dirs_exist_ok=True)
+    return str(fetched.python)

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.kube, pytest.mark.graded, pytest.mark.slow]
 OTHERS = sorted(
     p.parent.name
     for p in (REPO_ROOT / "scenarios").glob("*/scenario.toml")
-    if p.parent.name != "latency-cache-stampede"
+    if p.parent.name != "latency-cache-stampede" and "kube" in load_scenario(p.parent).runtimes
 )
 
 
