@@ -235,6 +235,31 @@ def when() -> str:
     return f"{stamp}, {os.cpu_count()} CPUs, 1-minute load average {load:.1f} at the end"
 
 
+def difficulty_table(scenarios: list[Scenario]) -> str:
+    """A difficulty note per scenario, for reading a leaderboard by category: its family and
+    substrate, where the causes sit in its history, what a blind revert of the newest
+    commit does, and the signals an SRE would use (`sreforge scenarios list --markdown`)."""
+    lines = [
+        "Written by `sreforge scenarios list --markdown SCENARIOS.md` from each scenario.toml "
+        "(`[history]`, `[difficulty]`); harness-internal, like root_cause.md.",
+        "",
+        "| scenario | family | substrate | category | cause commits | revert newest | signals |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in scenarios:
+        h = s.history
+        causes = (
+            ", ".join(c.patch.removeprefix("history/") for c in h.commits if c.cause) if h else "-"
+        )
+        revert = "-" if h is None else ("mends it" if h.revert_newest_fixes else "leaves it")
+        signals = "; ".join(s.difficulty.signals) if s.difficulty else "-"
+        lines.append(
+            f"| {s.name} | {s.family} | {Path(s.service.source).name} | "
+            f"{h.category if h else '-'} | {causes} | {revert} | {signals.replace('|', '/')} |"
+        )
+    return "\n".join(lines)
+
+
 def write_markdown(
     path: Path,
     rows: list[dict[str, Any]],

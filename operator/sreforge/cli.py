@@ -15,6 +15,7 @@ from sreforge import catalogue, judge, leaderboard, report
 from sreforge.api.record import RunRecord
 from sreforge.api.scenario import Scenario, ScenarioError
 from sreforge.api.verdict import Reason
+from sreforge.markdown import write_section
 from sreforge.mcp import agent
 from sreforge.mcp.server import serve_stdio_proxy
 from sreforge.runtime import campaign, handoff, sources
@@ -147,6 +148,10 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if args.markdown:
+        write_section(
+            args.markdown, "## Catalogue", catalogue.difficulty_table(scenarios), catalogue.PREAMBLE
+        )
     if args.json:
         print(
             json.dumps(
@@ -564,6 +569,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls = scen_sub.add_parser("list", help="list scenarios")
     ls.add_argument("--root", type=Path, default=repo_root() / "scenarios")
     ls.add_argument("--json", action="store_true")
+    ls.add_argument(
+        "--markdown",
+        type=Path,
+        help="also write the catalogue's difficulty notes into this file (## Catalogue)",
+    )
     ls.set_defaults(func=cmd_scenarios_list)
 
     val = scen_sub.add_parser("validate", help="every fix must pass, every decoy must fail")

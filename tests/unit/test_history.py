@@ -193,3 +193,18 @@ def test_scenarios_list_shows_family_substrate_and_category(
     assert cli.main(["scenarios", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert all(s["signals"] and s["category"] and s["substrate"] for s in listed)
+
+
+def test_scenarios_list_writes_a_difficulty_note_per_scenario(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    md = tmp_path / "SCENARIOS.md"
+    md.write_text("# Scenario validation\n\n## latency-cache-stampede\n\nkept\n")
+    assert cli.main(["scenarios", "list", "--markdown", str(md)]) == 0
+    capsys.readouterr()
+    text = md.read_text()
+    assert "## latency-cache-stampede\n\nkept\n" in text  # other sections stay
+    rows = [ln for ln in text.split("## Catalogue")[1].splitlines() if ln.startswith("| ")][1:]
+    assert [r.split(" | ")[0].removeprefix("| ") for r in rows] == [s.name for s in CATALOGUE]
+    compound = next(r for r in rows if r.startswith("| compound-cache-and-index |"))
+    assert "01-delisted-404.patch, 02-drop-page-cache.patch | leaves it |" in compound

@@ -80,7 +80,8 @@ def copy_scenario(tmp_path: Path) -> Path:
             "'redis' or 'postgresql'",
         ),
         (
-            "known_answers = 300       # every id: each answer is checked against the healthy build's\n\n[[load.routes]]",
+            "known_answers = 300       # every id: each answer is checked against the healthy"
+            " build's\n\n[[load.routes]]",
             'known_answers = 300\nbasic_auth = ["user:{id}", "x"]\n\n[[load.routes]]',
             "load.routes.0.basic_auth.0",
             "pattern",
