@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sreforge.api.observation import AlertSample
-from sreforge.api.scenario import Scenario
+from sreforge.api.scenario import LoadProfile, Scenario
 from sreforge.load import control as load_control
 from sreforge.load.command import generator_argv
 from sreforge.runtime import ci, contention, postgres, sources
@@ -65,6 +65,18 @@ SERIES = {
     # The harness exporter's view of the service process (job="harness").
     "target_memory_rss_bytes": f'max(sreforge_target_memory_rss_bytes{{job="{HARNESS_JOB}"}})',
 }
+
+
+LOAD_LIFETIME_SECONDS = 86_400  # the longest an environment's load and prober may run
+
+
+def environment_load(scenario: Scenario) -> LoadProfile:
+    """The load of an environment: the scenario's, running as long as the environment,
+    however many cases (each with its soak) it holds. The harness stops it by PID at
+    teardown and it dies with the harness (PDEATHSIG); the profile's own 30 minutes ended
+    the load in the middle of a ten-case validation of the Kinto scenario (Inconclusive:
+    the target series vanished)."""
+    return scenario.load.model_copy(update={"duration_seconds": LOAD_LIFETIME_SECONDS})
 
 
 @dataclass(frozen=True)
@@ -488,7 +500,7 @@ class LocalEnvironment:
         proc = self._spawn(
             name,
             generator_argv(
-                self.scenario.load,
+                environment_load(self.scenario),
                 f"http://127.0.0.1:{self.service_port}",
                 listen=f"127.0.0.1:{port}",
                 port_file=port_file,
