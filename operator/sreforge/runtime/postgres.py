@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sreforge.runtime.process import ProcessError
@@ -92,14 +93,14 @@ def _client(program: str, *args: str, timeout: float = 60) -> subprocess.Complet
     )
 
 
-def wait_ready(port: int, alive: object, timeout: float = 30) -> None:
+def wait_ready(port: int, alive: Callable[[], bool], timeout: float = 30) -> None:
     """Until the server accepts connections (pg_isready), or ProcessError."""
     deadline = time.monotonic() + timeout
     while True:
         done = _client("pg_isready", "-q", "-h", "127.0.0.1", "-p", str(port), "-U", USER)
         if done.returncode == 0:
             return
-        if time.monotonic() > deadline or not callable(alive) or not alive():
+        if time.monotonic() > deadline or not alive():
             raise ProcessError(f"postgresql on port {port} did not accept connections")
         time.sleep(0.1)
 
