@@ -79,7 +79,8 @@ def solver() -> ScriptedChatCompletions:
         [
             INVESTIGATION,
             [("deploy_history", {"max_count": 5})],
-            [("deploy_show", {"commit": "HEAD", "path": "catalog/app.py"})],
+            # the cause is one below the newest commit (a harmless release bump)
+            [("deploy_show", {"commit": "HEAD~1", "path": "catalog/app.py"})],
             [("apply_patch", {"patch": FIX.read_text()})],
             [("submit", {})],
         ]
@@ -230,7 +231,8 @@ async def _client_session(url: str, workspace: Path) -> dict[str, Any]:
             "service_logs", {"service": "catalog", "level": "ERROR", "since": "-30m"}
         )
         seen["history"] = await ok("deploy_history", {})
-        seen["show"] = await ok("deploy_show", {"commit": "HEAD", "path": "catalog/app.py"})
+        # the stampede's cause is one below the newest commit (a harmless release bump)
+        seen["show"] = await ok("deploy_show", {"commit": "HEAD~1", "path": "catalog/app.py"})
         seen["list"] = await ok("workspace_list", {})
         seen["read"] = await ok("workspace_read", {"path": "catalog/app.py"})
         seen["status_before"] = json.loads(await ok("submission_status", {}))

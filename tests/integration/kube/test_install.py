@@ -654,7 +654,12 @@ def test_agent_role_grants_submissions_and_nothing_else(
 
 # ---------------------------------------------------------------- bundled Prometheus
 PROM_NS = "sreforge-helm-prom"
-SCENARIOS = sorted(p.parent.name for p in (REPO_ROOT / "scenarios").glob("*/rules.yml"))
+# the scenarios the chart ships (runtimes has "kube"); a local-only one has no rules there
+SCENARIOS = sorted(
+    p.parent.name
+    for p in (REPO_ROOT / "scenarios").glob("*/rules.yml")
+    if "kube" in load_scenario(p.parent).runtimes
+)
 # the k6 runner's recording rules and the cAdvisor memory rule, as the Prometheus pod mounts
 # them: loaded whatever the scenarios
 K6_RULES = "rules/runners/k6.yml"
