@@ -319,6 +319,8 @@ def test_load_generator_death_fails_closed(start: Callable[..., Run]) -> None:
         assert_nothing_internal(inventory_from_log(next(run.runs_dir.iterdir())))
 
 
+# slow (~245 s): three graded cases in one session; the other fault tests stay in the default suite
+@pytest.mark.slow
 def test_a_fault_in_one_case_of_a_session_does_not_poison_the_next(
     start: Callable[..., Run],
 ) -> None:

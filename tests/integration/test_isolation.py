@@ -47,6 +47,8 @@ def _targets(run_dir: Path) -> set[str]:
     return found
 
 
+# slow (~130 s): two whole graded runs side by side; the default suite keeps its 60-minute budget
+@pytest.mark.slow
 def test_two_scenarios_at_once_both_pass_with_their_own_ports(tmp_path: Path) -> None:
     scenarios = _two_scenarios()
     procs = []

@@ -321,6 +321,8 @@ def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
     assert len(ci) == 2, ci
 
 
+# slow (~120 s): the default suite keeps the stampede graded on real pods; this one with `-m slow`
+@pytest.mark.slow
 def test_two_incidents_of_two_scenarios_on_one_prometheus(demo: LocalCluster) -> None:
     """Two Incidents of different scenarios at the same time, each against its own catalog,
     both read by the chart's one Prometheus (every scenario's rules, scoped by scenario and
