@@ -1,10 +1,10 @@
 """Load the shop's staging data into Kinto: the schema, the API clients' accounts and the
 product records they read.
 
-    python deploy/seed.py deploy/kinto.ini [--clients N] [--products N]
+    python deploy/seed.py deploy/kinto.ini [--clients N] [--products N] [--aisles N]
 
 Deterministic: client `client-<n>` has the password `secret-<n>`; product `product-<n>`
-is readable by every authenticated client.
+is readable by every authenticated client, and in aisle n % aisles + 1.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def main() -> None:
     ap.add_argument("ini")
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--products", type=int, default=200)
+    ap.add_argument("--aisles", type=int, default=12, help="product-<n> is in aisle n %% N + 1")
     args = ap.parse_args()
     env = bootstrap(args.ini, options={"command": "migrate"})
     scripts.migrate(env)
@@ -48,7 +49,8 @@ def main() -> None:
             "id": ident,
             "name": f"Product {n}",
             "price_cents": 199 + (n * 37) % 9000,
-            "tags": [f"aisle-{n % 12}", f"brand-{n % 7}"],
+            "aisle": n % args.aisles + 1,
+            "tags": [f"aisle-{n % args.aisles + 1}", f"brand-{n % 7}"],
         }
         storage.update(resource_name="record", parent_id=records, object_id=ident, obj=obj)
     transaction.commit()
