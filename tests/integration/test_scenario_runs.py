@@ -9,10 +9,10 @@ under the same load (the control window at the start of the session).
 Each scenario's selected cases are graded on ONE warm session, the way `sreforge campaign`
 runs them (a real subprocess): the environment is injected once, and each case is handed
 off, graded and restored in turn. By default this runs the first reference fix of the
-scenarios in DEFAULT_FIXES, and the stampede's whole fast subset (its first fix, the empty patch, its first decoy,
-the brownout and an agent's run: the tests at the end); the rest of the full validation is
-also `slow`, deselected by default (`-m slow` runs it; `sreforge scenarios validate` grades
-the same cases for SCENARIOS.md). With
+scenarios in DEFAULT_FIXES, and the stampede's whole fast subset (its first fix, the empty
+patch, its first decoy, the brownout and an agent's run: the tests at the end); the rest of
+the full validation is also `slow`, deselected by default (`-m slow` runs it; `sreforge
+scenarios validate` grades the same cases for SCENARIOS.md). With
 SREFORGE_SCENARIOS_MD=<path> the rows of the cases that ran are written there as the
 SCENARIOS.md table when the session ends (tests/conftest.py).
 """
