@@ -611,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
     val.set_defaults(func=cmd_scenarios_validate)
 
     cp = sub.add_parser(
-        "campaign", help="submitters x trials on warm sessions: pass@1, pass^k, 95% intervals"
+        "campaign", help="submitters x trials on warm sessions: pass@1, pass^k, 95%% intervals"
     )
     cp.add_argument("scenarios", nargs="+", metavar="SCENARIO")
     cp.add_argument(
