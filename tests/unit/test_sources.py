@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sreforge import cli
+from sreforge.api.source import SourceSpec
 from sreforge.runtime import sources
 
 PYPROJECT = """[build-system]
@@ -217,11 +218,59 @@ def test_an_unpinned_requirement_is_refused_before_anything_is_fetched(
     assert registry.requests == 0
 
 
+def _with_sdists(tmp: Path, registry: _Registry, requirements: str, sdists: str) -> Path:
+    """A source whose requirements are `requirements`, with `sdists = [...]` appended."""
+    directory = _source(tmp, registry, _sdist(GOOD))
+    (directory / "requirements.txt").write_text(requirements)
+    toml = directory / "source.toml"
+    toml.write_text(toml.read_text() + f"sdists = {sdists}\n")
+    return directory
+
+
+def test_a_requirement_without_a_wheel_is_built_from_its_sdist_only_when_named(
+    tmp_path: Path, registry: _Registry
+) -> None:
+    directory = _with_sdists(
+        tmp_path, registry, "debts==0.5\nFlask_Mail==0.10.0\n", '["debts", "flask-mail"]'
+    )
+    spec = sources.load(directory)
+    plain = spec.model_copy(update={"sdists": []})
+
+    def requirements_step(s: SourceSpec) -> list[str]:
+        steps = sources.install_steps(
+            s, tmp_path / "venv", directory / "requirements.txt", tmp_path / "toyshop.tar.gz"
+        )
+        assert "--no-binary" not in steps[-1]  # the project itself: no exception applies
+        return next(step for step in steps if "-r" in step)
+
+    wheels = requirements_step(spec)
+    # every other requirement stays wheel-only; the named ones are the exceptions
+    assert wheels[wheels.index("--only-binary") + 1] == ":all:"
+    named = [wheels[i + 1] for i, a in enumerate(wheels) if a == "--no-binary"]
+    assert named == ["debts", "flask-mail"]
+    assert "--no-binary" not in requirements_step(plain)
+    # a copy fetched before the exception was declared is not taken for this one
+    wanted = (directory / "requirements.txt").read_text()
+    assert sources.Fetched(spec).stamp(wanted) != sources.Fetched(plain).stamp(wanted)
+
+
+def test_an_sdist_exception_that_is_not_a_pin_is_refused(
+    tmp_path: Path, registry: _Registry
+) -> None:
+    directory = _with_sdists(tmp_path, registry, "debts==0.5\n", '["debts", "qrcode"]')
+    with pytest.raises(
+        sources.SourceError, match=r"source\.toml: sdists: qrcode is not pinned in requirements"
+    ):
+        sources.load(directory)
+
+
 def test_the_cli_lists_the_repositorys_sources_and_refuses_an_unknown_one(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert cli.main(["sources", "list"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("kinto        26.5.0     Apache-2.0")
+    lines = out.splitlines()
+    assert lines[0].startswith("ihatemoney   7.2.1      BSD-3-Clause")
+    assert lines[1].startswith("kinto        26.5.0     Apache-2.0")
     assert cli.main(["sources", "fetch", "nope"]) == cli.EXIT_ERROR
-    assert "no source named nope (known: kinto)" in capsys.readouterr().err
+    assert "no source named nope (known: ihatemoney, kinto)" in capsys.readouterr().err

@@ -29,6 +29,12 @@ class SourceSpec(BaseModel):
     # the project's own test suite, inside the unpacked tree (checked at fetch)
     tests: Annotated[str, Field(pattern=r"^[^/][^\s]*$")] = "tests"
     requirements: str = "requirements.txt"
+    # Pinned requirements that publish no wheel for their pinned version, built from their
+    # sdist (everything else is installed from wheels only, so no other package's build
+    # code runs): each must name a pin of the requirements file.
+    sdists: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]] = Field(
+        default_factory=list
+    )
     # the deployment's own files (its config, its data loader), copied onto the release's
     # tree: what a team that runs the service keeps beside it (committed: ours, not theirs)
     overlay: str | None = None
@@ -48,6 +54,20 @@ class SourceSpec(BaseModel):
     @property
     def label(self) -> str:
         return f"{self.name} {self.version}"
+
+
+def pinned_names(requirements: str) -> set[str]:
+    """The normalised names (PEP 503) the pins of a requirements file name."""
+    names = set()
+    for raw in requirements.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if _PIN.match(line):
+            names.add(normalise(line.split("==", 1)[0].split("[", 1)[0]))
+    return names
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def unpinned(requirements: str) -> list[str]:

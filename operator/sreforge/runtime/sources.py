@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from sreforge.api.source import SourceSpec, unpinned
+from sreforge.api.source import SourceSpec, normalise, pinned_names, unpinned
 from sreforge.errors import SreforgeError
 from sreforge.runtime import ci
 
@@ -83,6 +83,12 @@ def load(directory: Path) -> SourceSpec:
             f"{requirements}: every requirement must be pinned as name==version, not: "
             + ", ".join(bad)
         )
+    pinned = pinned_names(requirements.read_text("utf-8"))
+    stray = [name for name in spec.sdists if normalise(name) not in pinned]
+    if stray:
+        raise SourceError(
+            f"{file}: sdists: {', '.join(stray)} is not pinned in {spec.requirements}"
+        )
     return spec
 
 
@@ -108,7 +114,8 @@ class Fetched:
 
     def stamp(self, requirements: str) -> str:
         digest = hashlib.sha256(requirements.encode()).hexdigest()
-        return f"sdist {self.spec.sha256}\nrequirements {digest}\n"
+        built = "".join(f"built-from-sdist {n}\n" for n in sorted(self.spec.sdists))
+        return f"sdist {self.spec.sha256}\nrequirements {digest}\n{built}"
 
     def ready(self, requirements: str) -> bool:
         marker = self.home / "complete"
@@ -157,25 +164,33 @@ def _unpack(sdist: Path, tree: Path, spec: SourceSpec) -> int:
     return sum(1 for m in members if m.isfile())
 
 
-def _install(fetched: Fetched, staging: Path, requirements: Path, sdist: Path) -> None:
-    venv = staging / "venv"
+def install_steps(spec: SourceSpec, venv: Path, requirements: Path, sdist: Path) -> list[list[str]]:
+    """The commands that make a source's venv: its pinned requirements from wheels (those
+    named in `sdists` from their sdist), then the project itself, for its metadata."""
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install"]
+    wheels = [
+        *pip,
+        "--quiet",
+        "--no-deps",  # the file pins the whole closure: nothing unpinned slips in
+        "--only-binary",
+        ":all:",
+    ]
+    for name in spec.sdists:
+        wheels += ["--no-binary", name]  # pip: the named package's own rule wins over :all:
     steps = [
         [sys.executable, "-m", "venv", "--without-pip", str(venv)],
-        [
-            *pip,
-            "--quiet",
-            "--no-deps",  # the file pins the whole closure: nothing unpinned slips in
-            "--only-binary",
-            ":all:",
-            "-r",
-            str(requirements),
-        ],
+        [*wheels, "-r", str(requirements)],
         # the project's own metadata (its version, entry points), which it reads at import
         [*pip, "--quiet", "--no-deps", str(sdist)],
     ]
     if not pinned_lines(requirements.read_text("utf-8")):
         del steps[1]  # nothing to install but the project (pip refuses an empty file)
+    return steps
+
+
+def _install(fetched: Fetched, staging: Path, requirements: Path, sdist: Path) -> None:
+    venv = staging / "venv"
+    steps = install_steps(fetched.spec, venv, requirements, sdist)
     for argv in steps:
         try:
             done = subprocess.run(
