@@ -56,14 +56,19 @@ class SourceSpec(BaseModel):
         return f"{self.name} {self.version}"
 
 
+def pinned_lines(requirements: str) -> list[str]:
+    """The requirement lines of a requirements file, without comments and blank lines."""
+    lines = (raw.split("#", 1)[0].strip() for raw in requirements.splitlines())
+    return [line for line in lines if line]
+
+
 def pinned_names(requirements: str) -> set[str]:
     """The normalised names (PEP 503) the pins of a requirements file name."""
-    names = set()
-    for raw in requirements.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if _PIN.match(line):
-            names.add(normalise(line.split("==", 1)[0].split("[", 1)[0]))
-    return names
+    return {
+        normalise(line.split("==", 1)[0].split("[", 1)[0])
+        for line in pinned_lines(requirements)
+        if _PIN.match(line)
+    }
 
 
 def normalise(name: str) -> str:
@@ -72,9 +77,4 @@ def normalise(name: str) -> str:
 
 def unpinned(requirements: str) -> list[str]:
     """The lines of a requirements file that are not an exact `name==version` pin."""
-    bad = []
-    for raw in requirements.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if line and not _PIN.match(line):
-            bad.append(line)
-    return bad
+    return [line for line in pinned_lines(requirements) if not _PIN.match(line)]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from sreforge.api.source import SourceSpec, normalise, pinned_names, unpinned
+from sreforge.api.source import SourceSpec, normalise, pinned_lines, pinned_names, unpinned
 from sreforge.errors import SreforgeError
 from sreforge.runtime import ci
 
@@ -43,14 +43,6 @@ INSTALL_TIMEOUT_SECONDS = 900
 class SourceError(SreforgeError, RuntimeError):
     """A source that cannot be used; the message names the package and version (or the
     file and field) and the problem."""
-
-
-def pinned_lines(requirements: str) -> list[str]:
-    return [
-        ln.split("#", 1)[0].strip()
-        for ln in requirements.splitlines()
-        if ln.split("#", 1)[0].strip()
-    ]
 
 
 def cache_root() -> Path:
