@@ -69,13 +69,14 @@ def load(directory: Path) -> SourceSpec:
     requirements = directory / spec.requirements
     if not requirements.is_file():
         raise SourceError(f"{file}: requirements: {requirements} is missing")
-    bad = unpinned(requirements.read_text("utf-8"))
+    text = requirements.read_text("utf-8")
+    bad = unpinned(text)
     if bad:
         raise SourceError(
             f"{requirements}: every requirement must be pinned as name==version, not: "
             + ", ".join(bad)
         )
-    pinned = pinned_names(requirements.read_text("utf-8"))
+    pinned = pinned_names(text)
     stray = [name for name in spec.sdists if normalise(name) not in pinned]
     if stray:
         raise SourceError(
