@@ -116,9 +116,17 @@ def test_k6_series_fire_and_clear_the_scenarios_alerts(prometheus: PrometheusSer
             return got is not None and not (ALERTS & (got[0] | got[1]))
 
         wait_for("the k6 stand-in's fast answers to clear both alerts", cleared, timeout=60)
+
+        def all_valid() -> bool:
+            # the error alert clears below its threshold, which can be before the load
+            # figures' 10 s window has let go of the last invalid answers
+            got = ours.load()
+            return got is not None and got.success_ratio == 1.0
+
+        wait_for("the load window to hold only valid answers", all_valid, timeout=30)
         load = ours.load()
         assert load is not None
-        assert load.success_ratio == 1.0
+        assert 54 <= load.achieved_rate <= 66, load
         assert not standin.errors, standin.errors
         assert standin.pushes >= 10
     finally:
