@@ -1,0 +1,1 @@
+"""budget.example's audit collector (a stand-in for the compliance team's service)."""
