@@ -10,62 +10,41 @@ Takes ~3 s.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from tests.kubeenv import REPO_ROOT, wait_for
+
+from sreforge.runtime.process import Managed, free_port
 
 WRITE_SECONDS = 0.3
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = _free_port()
-    log = tmp_path_factory.mktemp("audit") / "audit.log"
+    port = free_port()
     env = {
-        **os.environ,
         "PORT": str(port),
         "AUDIT_WRITE_SECONDS": f"{WRITE_SECONDS},{WRITE_SECONDS}",
         "AUDIT_WORKERS": "4",
     }
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "audit"],
-            cwd=REPO_ROOT / "substrate" / "audit",
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = Managed(
+        "audit",
+        ["python", "-m", "audit"],
+        log_path=tmp_path_factory.mktemp("audit") / "audit.log",
+        cwd=REPO_ROOT / "substrate" / "audit",
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
-
-        def healthy() -> bool:
-            assert proc.poll() is None, Path(log).read_text()
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=1) as r:
-                    return r.status == 200
-            except OSError:
-                return False
-
-        wait_for("the audit collector to answer /healthz", healthy, timeout=30)
+        proc.wait_http(url + "/healthz", timeout=30)
         yield url
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        proc.stop()
 
 
 def post(url: str, body: bytes, timeout: float = 5.0) -> tuple[int, dict[str, object]]:
@@ -80,14 +59,16 @@ def post(url: str, body: bytes, timeout: float = 5.0) -> tuple[int, dict[str, ob
 
 
 def counts(url: str) -> dict[str, float]:
+    """audit_events_received_total by outcome, from the collector's /metrics."""
     with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
         text = r.read().decode()
-    got = {}
-    for line in text.splitlines():
-        if line.startswith("audit_events_received_total{"):
-            name, value = line.rsplit(" ", 1)
-            got[name.split('outcome="')[1].split('"')[0]] = float(value)
-    return got
+    return {
+        sample.labels["outcome"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "audit_events_received"
+        for sample in family.samples
+        if sample.name == "audit_events_received_total"
+    }
 
 
 def event(n: int) -> dict[str, object]:

@@ -126,6 +126,7 @@ def test_k6_series_fire_and_clear_the_scenarios_alerts(prometheus: PrometheusSer
         wait_for("the load window to hold only valid answers", all_valid, timeout=30)
         load = ours.load()
         assert load is not None
+        assert load.success_ratio == 1.0
         assert 54 <= load.achieved_rate <= 66, load
         assert not standin.errors, standin.errors
         assert standin.pushes >= 10
