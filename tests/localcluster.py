@@ -207,6 +207,120 @@ def _tables_of(saved: str) -> list[str]:
     return [line[1:].strip() for line in saved.splitlines() if line.startswith("*")]
 
 
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of a live process (field 22 of /proc/PID/stat), which tells a
+    PID from a later process that reuses it; None when no such process lives (a zombie,
+    which waits only to be reaped, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+class BridgeClaim:
+    """The machine-wide record of the one local cluster that owns the pod bridge.
+
+    There is one bridge, so there is at most one cluster. Its owner (the process that
+    started it) writes this record before it makes the bridge and adds the PID of each
+    process it starts; it removes the record when it stops. A run that was killed before it
+    could stop leaves the bridge, its mounts and maybe some processes; the next start finds
+    the record and reclaims what it names, instead of refusing every later run. A cluster
+    whose owner lives, or one that ``hack/local-cluster.sh up`` left running on purpose, is
+    never touched: the start is refused and says which and how to stop it.
+    """
+
+    def __init__(self, bridge: str = BRIDGE, path: Path = Path("/run/sreforge/local-cluster.json")):
+        self.bridge = bridge
+        self.path = path
+
+    def bridge_exists(self) -> bool:
+        return Path(f"/sys/class/net/{self.bridge}").exists()
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data
+
+    def _write(self, data: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.path)
+
+    def claim(self, work_dir: Path) -> None:
+        me = os.getpid()
+        self._write(
+            {
+                "owner": [me, _start_time(me)],
+                "work_dir": str(work_dir),
+                "persistent": False,
+                "pids": {},
+            }
+        )
+
+    def record_pids(self, pids: dict[str, int]) -> None:
+        data = self.read()
+        if data is None:
+            return
+        data["pids"] = {name: [pid, _start_time(pid)] for name, pid in pids.items()}
+        self._write(data)
+
+    def mark_persistent(self) -> None:
+        """The cluster outlives its owner on purpose (``hack/local-cluster.sh up``)."""
+        data = self.read()
+        if data is not None:
+            data["persistent"] = True
+            self._write(data)
+
+    def release(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _alive(entry: list[Any]) -> bool:
+        pid, started = entry
+        return started is not None and _start_time(int(pid)) == started
+
+    def stale(self) -> dict[str, Any] | None:
+        """None when the bridge is free; the record of a dead run's leftovers when they may
+        be reclaimed; raises ControlPlaneError naming the live cluster otherwise."""
+        data = self.read()
+        if data is None:
+            if not self.bridge_exists():
+                return None
+            raise ControlPlaneError(
+                f"bridge {self.bridge} exists and no cluster record is at {self.path}: it was "
+                "not made by this version of tests/localcluster.py; delete it by hand "
+                f"(ip link del {self.bridge}) if nothing uses it"
+            )
+        work_dir = data.get("work_dir", "?")
+        if self._alive(data["owner"]) and data["owner"][0] != os.getpid():
+            raise ControlPlaneError(
+                f"bridge {self.bridge} is owned by a local cluster that runs: process "
+                f"{data['owner'][0]} started it in {work_dir}"
+            )
+        live = sorted(name for name, entry in data["pids"].items() if self._alive(entry))
+        if data.get("persistent") and live:
+            raise ControlPlaneError(
+                f"a local cluster started by hack/local-cluster.sh up runs in {work_dir} "
+                f"({', '.join(live)}); hack/local-cluster.sh down --dir {work_dir} stops it"
+            )
+        return data
+
+    def stop_leftovers(self, data: dict[str, Any]) -> list[str]:
+        """Stop, by the PIDs the record names, the processes of a dead run that still live
+        (a PID reused by another process is left alone); returns their names."""
+        stopped = []
+        for name, entry in data["pids"].items():
+            if self._alive(entry):
+                _kill(int(entry[0]))
+                stopped.append(name)
+        return stopped
+
+
 def _write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(obj, indent=2))  # JSON is valid YAML
 
@@ -222,6 +336,7 @@ class LocalCluster:
         start_timeout: float = 180.0,
         log: IO[str] | None = None,
         load_images: bool = True,
+        claim: BridgeClaim | None = None,
     ) -> None:
         """``load_images``: import the images of ``hack/images.sh`` into containerd once it
         is up (``hack/images.sh load``), before the kubelet starts."""
@@ -253,6 +368,7 @@ class LocalCluster:
             ),
         )
         self.host = HostState(self.work_dir / "host-state.json")
+        self.claim = claim or BridgeClaim()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: dict[str, IO[bytes]] = {}
         self.timings: dict[str, float] = {}
@@ -278,14 +394,11 @@ class LocalCluster:
         missing = missing_prerequisites(self.bin_dir)
         if missing:
             raise ControlPlaneError("cannot start a real node; missing: " + ", ".join(missing))
-        if _bridge_exists():
-            raise ControlPlaneError(
-                f"bridge {BRIDGE} exists: another local cluster runs (hack/local-cluster.sh "
-                "down stops one started from a shell)"
-            )
+        self.reclaim()
         for d in ("pki", "logs", "cni/net.d", "cni/ipam", "kubelet", "containerd-state"):
             (self.work_dir / d).mkdir(parents=True, exist_ok=True)
         self.host.save()
+        self.claim.claim(self.work_dir)
         try:
             self._start()
         except BaseException:
@@ -293,11 +406,32 @@ class LocalCluster:
             raise
         return self
 
+    def reclaim(self) -> str | None:
+        """Undo what a killed run left (its record names it): stop its processes that still
+        live, unmount, delete its bridge and write its host settings back. Returns what was
+        done, None when there was nothing; raises ControlPlaneError when a live cluster owns
+        the bridge."""
+        stale = self.claim.stale()
+        if stale is None:
+            return None
+        stopped = self.claim.stop_leftovers(stale)
+        dead = LocalCluster(self.bin_dir, Path(stale["work_dir"]), log=self.log, claim=self.claim)
+        dead._t0 = time.monotonic()
+        dead._cleanup_host()
+        self.claim.release()
+        done = (
+            f"reclaimed the local cluster that process {stale['owner'][0]} left in "
+            f"{stale['work_dir']} (stopped: {', '.join(stopped) or 'nothing was running'})"
+        )
+        self.say(done)
+        return done
+
     def _start(self) -> None:
         self._make_bridge()
         self._make_pki()
         self.say("control plane")
         self.cp.start()
+        self.claim.record_pids(self.pids())
         self.timings["control_plane"] = time.monotonic() - self._t0
         self._start_containerd()
         self._start_kubelet()
@@ -317,6 +451,7 @@ class LocalCluster:
         self._stop_proc("containerd")
         self.cp.stop()
         self._cleanup_host()
+        self.claim.release()
         for f in self._logs.values():
             f.close()
         self._logs.clear()
@@ -339,8 +474,8 @@ class LocalCluster:
             _run("iptables", "-t", "mangle", "-I", "FORWARD", "1", *rule)
 
     def _cleanup_host(self) -> None:
-        if _bridge_exists():
-            _run("ip", "link", "del", BRIDGE, check=False)
+        if self.claim.bridge_exists():
+            _run("ip", "link", "del", self.claim.bridge, check=False)
         kubelet_dir = self.work_dir / "kubelet"
         # kubelet bind-mounts its root dir onto itself; pods' volumes are mounted below it
         mounts = [
@@ -351,8 +486,10 @@ class LocalCluster:
         ]
         for m in sorted(mounts, key=len, reverse=True):
             _run("umount", "-l", m, check=False)
+        # the pods' network namespaces; one with a process in it is a live pod's, not ours
         for netns in Path("/run/netns").glob("cni-*") if Path("/run/netns").is_dir() else []:
-            _run("ip", "netns", "delete", netns.name, check=False)
+            if not _run("ip", "netns", "pids", netns.name, check=False).stdout.strip():
+                _run("ip", "netns", "delete", netns.name, check=False)
         _remove_cgroups("kubepods")
         problems = self.host.restore()
         for p in problems:
@@ -450,6 +587,7 @@ class LocalCluster:
             start_new_session=True,
         )
         (self.work_dir / f"{name}.pid").write_text(str(self.procs[name].pid))
+        self.claim.record_pids(self.pids())
 
     def _stop_proc(self, name: str, timeout: float = 15) -> None:
         proc = self.procs.pop(name, None)
@@ -765,10 +903,6 @@ def _ctr_list(what: str) -> list[str]:
     return res.stdout.split() if res.returncode == 0 else []
 
 
-def _bridge_exists() -> bool:
-    return Path(f"/sys/class/net/{BRIDGE}").exists()
-
-
 def _remove_cgroups(name: str) -> None:
     """rmdir the (empty) cgroup trees kubelet made, deepest first, in every v1 hierarchy."""
     root = Path("/sys/fs/cgroup")
@@ -872,6 +1006,7 @@ def _cmd_up(work: Path) -> int:
         "tokens": cluster.tokens,
     }
     _state_file(work).write_text(json.dumps(state, indent=1))
+    cluster.claim.mark_persistent()
     # leave the processes running: forget them so that nothing stops them at exit
     import atexit  # noqa: PLC0415
 
@@ -884,7 +1019,15 @@ def _cmd_up(work: Path) -> int:
 def _cmd_down(work: Path) -> int:
     state_path = _state_file(work)
     if not state_path.exists():
-        print(f"no cluster state in {work}", file=sys.stderr)
+        if not (work / "host-state.json").exists():
+            print(f"no cluster state in {work}", file=sys.stderr)
+            return 0
+        # a cluster whose processes are gone (its run was killed): undo its host changes
+        cluster = LocalCluster(find_tools_bin() or Path("/nonexistent"), work)
+        cluster._t0 = time.monotonic()
+        cluster._cleanup_host()
+        if (cluster.claim.read() or {}).get("work_dir") == str(work):
+            cluster.claim.release()
     else:
         state = json.loads(state_path.read_text())
         bin_dir = find_tools_bin() or Path("/nonexistent")
@@ -910,6 +1053,7 @@ def _cmd_down(work: Path) -> int:
             if name in pids:
                 _kill(pids.pop(name))
         cluster._cleanup_host()
+        cluster.claim.release()
         state_path.unlink()
     print("cluster down")
     return 0
@@ -920,9 +1064,7 @@ def _kill(pid: int, timeout: float = 15) -> None:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if _start_time(pid) is None:
             return
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
