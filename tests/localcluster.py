@@ -297,7 +297,7 @@ class BridgeClaim:
                 f"(ip link del {self.bridge}) if nothing uses it"
             )
         work_dir = data.get("work_dir", "?")
-        if self._alive(data["owner"]) and data["owner"][0] != os.getpid():
+        if self._alive(data["owner"]):
             raise ControlPlaneError(
                 f"bridge {self.bridge} is owned by a local cluster that runs: process "
                 f"{data['owner'][0]} started it in {work_dir}"
@@ -369,6 +369,7 @@ class LocalCluster:
         )
         self.host = HostState(self.work_dir / "host-state.json")
         self.claim = claim or BridgeClaim()
+        self._t0 = time.monotonic()  # say()'s clock; start() restarts it
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: dict[str, IO[bytes]] = {}
         self.timings: dict[str, float] = {}
@@ -416,7 +417,6 @@ class LocalCluster:
             return None
         stopped = self.claim.stop_leftovers(stale)
         dead = LocalCluster(self.bin_dir, Path(stale["work_dir"]), log=self.log, claim=self.claim)
-        dead._t0 = time.monotonic()
         dead._cleanup_host()
         self.claim.release()
         done = (
@@ -1024,7 +1024,6 @@ def _cmd_down(work: Path) -> int:
             return 0
         # a cluster whose processes are gone (its run was killed): undo its host changes
         cluster = LocalCluster(find_tools_bin() or Path("/nonexistent"), work)
-        cluster._t0 = time.monotonic()
         cluster._cleanup_host()
         if (cluster.claim.read() or {}).get("work_dir") == str(work):
             cluster.claim.release()
@@ -1047,7 +1046,6 @@ def _cmd_down(work: Path) -> int:
             if name in pids:
                 _kill(pids.pop(name))
         cluster = LocalCluster(bin_dir, work)
-        cluster._t0 = time.monotonic()
         cluster._remove_leftover_containers()
         for name in ("containerd", "kube-scheduler", "kube-apiserver", "etcd"):
             if name in pids:

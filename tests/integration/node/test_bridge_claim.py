@@ -17,8 +17,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -50,7 +50,10 @@ def claim(tmp_path: Path) -> Iterator[BridgeClaim]:
     subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
 
 
-def _start_owner(claim: BridgeClaim, work: Path) -> tuple[subprocess.Popen[str], int]:
+@contextmanager
+def _owner(claim: BridgeClaim, work: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """A process that claims the bridge and starts a child it records (a stand-in for
+    containerd); both are killed at the end, whatever the test did to them."""
     work.mkdir()
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER.format(bridge=BRIDGE, record=str(claim.path), work=str(work))],
@@ -60,20 +63,23 @@ def _start_owner(claim: BridgeClaim, work: Path) -> tuple[subprocess.Popen[str],
     )
     assert owner.stdout is not None
     child = int(owner.stdout.readline())
-    return owner, child
+    try:
+        yield owner, child
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        if _start_time(child) is not None:
+            os.kill(child, signal.SIGKILL)
 
 
 def _cluster(claim: BridgeClaim, tmp_path: Path) -> LocalCluster:
-    c = LocalCluster(Path("/nonexistent"), tmp_path / "next-run", claim=claim)
-    c._t0 = time.monotonic()
-    return c
+    return LocalCluster(Path("/nonexistent"), tmp_path / "next-run", claim=claim)
 
 
 def test_a_killed_runs_bridge_and_processes_are_reclaimed(
     claim: BridgeClaim, tmp_path: Path
 ) -> None:
-    owner, child = _start_owner(claim, tmp_path / "killed-run")
-    try:
+    with _owner(claim, tmp_path / "killed-run") as (owner, child):
         # while its owner lives the cluster is in use: refused, nothing touched
         running = f"owned by a local cluster that runs: process {owner.pid}"
         with pytest.raises(ControlPlaneError, match=running):
@@ -95,18 +101,12 @@ def test_a_killed_runs_bridge_and_processes_are_reclaimed(
         assert claim.read() is None
         # and then the bridge is free: nothing more to reclaim
         assert _cluster(claim, tmp_path).reclaim() is None
-    finally:
-        if owner.poll() is None:
-            owner.kill()
-        if _start_time(child) is not None:
-            os.kill(child, signal.SIGKILL)
 
 
 def test_a_cluster_left_up_on_purpose_is_refused_and_kept(
     claim: BridgeClaim, tmp_path: Path
 ) -> None:
-    owner, child = _start_owner(claim, tmp_path / "shell-cluster")
-    try:
+    with _owner(claim, tmp_path / "shell-cluster") as (owner, child):
         claim.mark_persistent()  # as `hack/local-cluster.sh up` does before it exits
         owner.send_signal(signal.SIGKILL)
         owner.wait(timeout=10)
@@ -117,11 +117,6 @@ def test_a_cluster_left_up_on_purpose_is_refused_and_kept(
         assert claim.bridge_exists()
         assert _start_time(child) is not None
         assert claim.read() is not None
-    finally:
-        if owner.poll() is None:
-            owner.kill()
-        if _start_time(child) is not None:
-            os.kill(child, signal.SIGKILL)
 
 
 def test_a_bridge_nobody_recorded_is_named_and_left_alone(
