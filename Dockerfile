@@ -6,8 +6,8 @@
 #   patch init containers, python -m sreforge.runtime.kube apply-patch). Nothing a pod
 #   there can read tells a root cause, a regression, a fix or a decoy.
 # operator: the runner plus the scenarios the operator reads (scenario.toml, rules,
-#   brief, root cause, regression; never fixes/ or decoys/); kopf runs sreforge.handlers
-#   in the operator's own namespace only.
+#   brief, root cause, regression; never fixes/ or decoys/) and the services' source;
+#   kopf runs sreforge.handlers in the operator's own namespace only.
 # BASE_IMAGE: any Debian-like image with python3 >= 3.11 and its venv module (the
 # default, or hack/images.sh's debootstrap base); the packages go to /opt/venv.
 # Layers, first to last: git and the venv, the dependencies (from pyproject.toml), the
@@ -53,5 +53,9 @@ RUN rm -rf /scenarios/*/fixes /scenarios/*/decoys
 FROM runner AS operator
 # scenarios are data the operator reads (rules, briefs, root causes, regression patches)
 COPY --from=scenarios --chown=root:root /scenarios/ /opt/sreforge/scenarios/
+# the services' source trees: each Incident's MCP tools show its deploy history and a
+# read-only workspace, made from them and the scenario's history (runtime/kube/mcp.py)
+COPY --chown=root:root substrate/ /opt/sreforge/substrate/
+EXPOSE 8090
 EXPOSE 8080
 ENTRYPOINT ["kopf", "run", "--standalone", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz", "-m", "sreforge.handlers"]

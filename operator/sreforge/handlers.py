@@ -5,6 +5,8 @@
 Thin by design: each Incident gets a daemon that runs `runtime.kube.incident.IncidentRun`
 (the closed loop, resumed from `status.loop` after a restart); a new Submission is admitted
 by `runtime.kube.intake.admit_submission` (refusals, the in-process patch vetting, the queue).
+With SREFORGE_MCP_PORT set, each handed-off Incident's MCP tools are served on that port
+(`runtime.kube.mcp`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pydantic import ValidationError
 
 from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
 from sreforge.api.scenario import ScenarioError
-from sreforge.runtime.kube import events, metrics
+from sreforge.runtime.kube import events, mcp, metrics
 from sreforge.runtime.kube.client import Kube, KubeError
 from sreforge.runtime.kube.config import OperatorConfig
 from sreforge.runtime.kube.incident import IncidentRun, restore_on_delete
@@ -32,6 +34,7 @@ _lock = threading.Lock()
 # for its daemon to stop before giving the target back.
 _driving: set[str] = set()
 _serving_metrics = False
+_serving_tools = False
 
 
 def kube() -> Kube:
@@ -68,6 +71,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     if port and not _serving_metrics:
         metrics.serve(int(port))
         _serving_metrics = True
+    global _serving_tools  # noqa: PLW0603 (one MCP endpoint per process)
+    tools_port = os.environ.get("SREFORGE_MCP_PORT")
+    if tools_port and not _serving_tools:
+        mcp.serve(kube(), OperatorConfig.from_env(), int(tools_port))
+        _serving_tools = True
 
 
 @kopf.daemon(GROUP, VERSION, INCIDENT_PLURAL, cancellation_timeout=10.0, backoff=5.0)

@@ -167,3 +167,34 @@ def test_the_code_under_test_gets_no_token_unless_asked_and_gets_its_account_bac
     spec = back["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == "catalog"
     assert "automountServiceAccountToken" not in spec
+
+
+def test_an_incidents_agent_may_call_that_incidents_tools_and_nothing_else() -> None:
+    """The agent's account, Role and binding: owned by the Incident, no mounted token, and
+    one rule: `get` on this Incident and its `mcp` subresource, by name."""
+    objs = policy.agent_access(incident("team-a"))
+    assert [o["kind"] for o in objs] == ["ServiceAccount", "Role", "RoleBinding"]
+    for o in objs:
+        assert o["metadata"]["name"] == "inc-agent"
+        assert o["metadata"]["namespace"] == "team-a"
+        [owner] = o["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("Incident", "inc", "u-1")
+    account, role, binding = objs
+    assert account["automountServiceAccountToken"] is False
+    assert role["rules"] == [
+        {
+            "apiGroups": ["sreforge.dev"],
+            "resources": ["incidents", "incidents/mcp"],
+            "resourceNames": ["inc"],
+            "verbs": ["get"],
+        }
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "inc-agent",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "inc-agent", "namespace": "team-a"}
+    ]
+    assert policy.mcp_path("team-a", "inc") == "/incidents/team-a/inc/mcp"

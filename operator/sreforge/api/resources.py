@@ -122,6 +122,14 @@ class VerdictSummary(_Status):
     submission: str | None = None
 
 
+class McpAccess(_Status):
+    """Where the Incident's agent reaches its MCP tools, and as whom (runtime/kube/mcp.py)."""
+
+    url: str | None = None
+    service_account_name: str | None = None
+    audience: str | None = None
+
+
 class IncidentStatus(_Status):
     """Observed state of an Incident run."""
 
@@ -132,6 +140,7 @@ class IncidentStatus(_Status):
     fired_time: datetime | None = None
     brief: Annotated[str, Field(max_length=65_536)] | None = None
     verdict: VerdictSummary | None = None
+    mcp: McpAccess | None = None
     # the operator's persisted loop state: free-form on purpose
     loop: dict[str, Any] | None = None
     conditions: list[Condition] = Field(default_factory=list)

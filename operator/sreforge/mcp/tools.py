@@ -15,7 +15,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,6 +30,10 @@ PROMETHEUS_QUERY_TIMEOUT_SECONDS = 10.0
 MAX_RANGE_POINTS = 2000  # per series: a range query asking for more is refused
 MAX_LOG_LINES = 500
 MAX_FILE_CHARS = 60_000
+
+
+# a log file, or (on Kubernetes) what reads a pod's log through the API, as lines
+LogSource = Path | Callable[[], list[str]]
 
 
 class SubmissionDesk(Protocol):
@@ -57,8 +61,8 @@ class Incident:
     prometheus_url: str
     history: Path  # a bare copy of the workspace repository as handed off
     desk: SubmissionDesk
-    # service name -> [(instance, log file)] in start order
-    log_files: Callable[[], dict[str, list[tuple[str, Path]]]] = field(default=dict)
+    # service name -> [(instance, its log file, or what reads its lines)] in start order
+    log_files: Callable[[], Mapping[str, Sequence[tuple[str, LogSource]]]] = field(default=dict)
     handed_off_at: float = field(default_factory=time.time)
 
 
@@ -185,8 +189,9 @@ class IncidentTools:
         t0 = shape.parse_time(since, now=now, field="since")
         t1 = shape.parse_time(until, now=now, field="until")
         lines: list[shape.LogLine] = []
-        for instance, path in sources[service]:
-            lines.extend(shape.parse_log(_read_tail(path), instance))
+        for instance, source in sources[service]:
+            raw = _read_tail(source) if isinstance(source, Path) else source()
+            lines.extend(shape.parse_log(raw, instance))
         picked = shape.filter_logs(lines, since=t0, until=t1, min_level=level, contains=contains)
         shown, left_out = shape.cut_lines([x.render() for x in picked], max_lines)
         head = f"{len(picked)} line(s) matched"

@@ -402,6 +402,7 @@ def test_helm_template_is_accepted_by_the_server(crds: ControlPlane, helm: Any) 
             "Role",
             "RoleBinding",
             "Secret",  # the soak's secret, the operator's alone (templates/soak-secret.yaml)
+            "Service",  # the Incidents' MCP tools (templates/mcp.yaml)
             "ServiceAccount",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
@@ -528,7 +529,9 @@ def test_chart_metrics_monitors(crds: ControlPlane, helm: Any) -> None:
         return [d for d in yaml.safe_load_all(res.stdout) if d]
 
     plain = render()
-    assert not [d for d in plain if d["kind"] in ("PodMonitor", "ServiceMonitor", "Service")]
+    assert not [d for d in plain if d["kind"] in ("PodMonitor", "ServiceMonitor")]
+    # the one Service by default is the MCP tools' (templates/mcp.yaml), not a metrics one
+    assert [d["metadata"]["name"] for d in plain if d["kind"] == "Service"] == ["sreforge-mcp"]
     pod = _one(plain, "Deployment")["spec"]["template"]
     (container,) = pod["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -551,7 +554,9 @@ def test_chart_metrics_monitors(crds: ControlPlane, helm: Any) -> None:
     assert pod_monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
-    service = _one(docs, "Service")
+    (service,) = [
+        d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] != "sreforge-mcp"
+    ]
     assert service["spec"]["selector"].items() <= labels.items()
     assert service["spec"]["ports"][0] == {
         "name": "metrics",
@@ -723,9 +728,10 @@ def test_chart_network_policies_select_the_operator_and_its_prometheus(
     assert operator_peer["podSelector"]["matchLabels"].items() <= op_labels.items()
     ns_label = {"kubernetes.io/metadata.name": "agents"}
     assert agents == {"namespaceSelector": {"matchLabels": ns_label}}
-    # the operator's pod: its metrics and health ports alone
+    # the operator's pod: its metrics and health ports, and the MCP tools' (each call
+    # authorized by the API server: runtime/kube/mcp.py)
     ports = sorted(p["port"] for r in pols["sreforge-operator"]["ingress"] for p in r["ports"])
-    assert ports == [8080, 8081]
+    assert ports == [8080, 8081, 8090]
     # the scraper the operator's Incident policies let in: this Prometheus' pods
     (container,) = deps["sreforge-operator"]["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}

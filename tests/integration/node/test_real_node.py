@@ -15,6 +15,7 @@ mid-verification (the Deployment's next pod resumes the same run: one verdict).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
@@ -24,8 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import yaml
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from tests.kubeenv import REPO_ROOT, wait_for
 from tests.localcluster import LocalCluster
 from tests.reliability_cases import case
@@ -222,6 +226,189 @@ def graded(cluster: LocalCluster, name: str, timeout: float, ns: str = DEMO_NS) 
     return result
 
 
+OTHER_NS = "other-team"
+DECOY = SCENARIO.directory / "decoys" / "revert-newest.patch"
+MCP_PORT = 8090
+
+
+def agent_token(cluster: LocalCluster, ns: str, audience: str | None = "sreforge-mcp") -> str:
+    """A token of the Incident's agent ServiceAccount (TokenRequest), for the MCP endpoint."""
+    args = ["create", "token", f"{INCIDENT}-agent", "-n", ns, "--duration=10m"]
+    if audience:
+        args.append(f"--audience={audience}")
+    return cluster.kubectl(*args).stdout.strip()
+
+
+def raw_call(url: str, token: str | None) -> tuple[int, str]:
+    """An MCP initialize request as a bare HTTP POST: the endpoint's status and body."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read(2000).decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+async def agent_session(url: str, token: str, patch: str) -> dict[str, Any]:
+    """What the Incident's agent sees through its tools, and its submit of `patch`."""
+    seen: dict[str, Any] = {}
+    auth = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(headers=auth, timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http)) as c,
+    ):
+        seen["tools"] = {t.name for t in (await c.list_tools()).tools}
+
+        async def call(tool: str, args: dict[str, Any]) -> tuple[bool, str]:
+            r = await c.call_tool(tool, args)
+            return bool(r.is_error), "\n".join(str(getattr(x, "text", "")) for x in r.content)
+
+        for tool, args in (
+            ("brief", {}),
+            ("alerts", {"history_minutes": 15}),
+            ("promql_query", {"query": 'up{job="catalog"}'}),
+            ("service_logs", {"service": "catalog", "since": None, "contains": "GET"}),
+            ("deploy_history", {}),
+            ("workspace_read", {"path": "catalog/app.py"}),
+            ("workspace_read", {"path": "../../../etc/passwd"}),
+            ("submission_status", {}),
+            ("submit", {}),
+            ("submit", {"patch": patch}),
+            ("submit", {"patch": patch}),
+            ("submission_status", {}),
+        ):
+            seen.setdefault(tool, []).append(await call(tool, args))
+    return seen
+
+
+async def submission_status(url: str, token: str) -> str:
+    auth = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(headers=auth, timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http)) as c,
+    ):
+        r = await c.call_tool("submission_status", {})
+        assert not r.is_error
+        return "\n".join(str(getattr(x, "text", "")) for x in r.content)
+
+
+def _refused_but_the_agent(cluster: LocalCluster, base: str, *, ours: str, theirs: str) -> None:
+    """No token, a token for the API server, the other Incident's agent's token (same name,
+    another namespace): refused; the agent's own at the other's: refused; RBAC agrees."""
+    here = f"{base}/incidents/{DEMO_NS}/{INCIDENT}/mcp"
+    there = f"{base}/incidents/{OTHER_NS}/{INCIDENT}/mcp"
+    for url, token, code, says in (
+        (here, None, 401, "Authorization: Bearer"),
+        (here, agent_token(cluster, DEMO_NS, audience=None), 403, "audience sreforge-mcp"),
+        (here, theirs, 403, f"system:serviceaccount:{OTHER_NS}:{INCIDENT}-agent may not"),
+        (there, ours, 403, f"system:serviceaccount:{DEMO_NS}:{INCIDENT}-agent may not"),
+        (there, theirs, 409, "not handed off yet"),
+        (f"{base}/incidents/{DEMO_NS}/{INCIDENT}/other", ours, 404, "/incidents/<ns>/<name>/mcp"),
+    ):
+        got, text = raw_call(url, token)
+        assert (got, says in text) == (code, True), (url, code, got, text)
+    for ns, account, allowed in (
+        (DEMO_NS, f"{DEMO_NS}:{INCIDENT}-agent", "yes"),
+        (DEMO_NS, f"{OTHER_NS}:{INCIDENT}-agent", "no"),
+    ):
+        can = cluster.kubectl(
+            "auth",
+            "can-i",
+            "get",
+            f"incidents.sreforge.dev/{INCIDENT}",
+            "--subresource=mcp",
+            "-n",
+            ns,
+            f"--as=system:serviceaccount:{account}",
+            check=False,
+        )
+        assert can.stdout.strip() == allowed, (account, can.stdout, can.stderr)
+
+
+def _tools_of_the_incident_for_its_agent_alone(cluster: LocalCluster) -> dict[str, Any]:
+    """The operator's MCP endpoint serves the Incident's tools to the Incident's agent
+    ServiceAccount alone: no token, a token for the API server, and the token of another
+    namespace's Incident of the same name are refused; the agent's own token gets every
+    tool, and its submit becomes a Submission graded like any other. Returns it graded."""
+    access = incident(cluster)["status"]["mcp"]
+    path = f"/incidents/{DEMO_NS}/{INCIDENT}/mcp"
+    assert access == {
+        "url": f"http://sreforge-mcp.{SYSTEM_NS}.svc:{MCP_PORT}{path}",
+        "serviceAccountName": f"{INCIDENT}-agent",
+        "audience": "sreforge-mcp",
+    }, access
+    # in the cluster the URL's Service name resolves; from the node, the operator's pod IP
+    (op,) = kubectl_json(
+        cluster, "get", "pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/component=operator"
+    )["items"]
+    base = f"http://{op['status']['podIP']}:{MCP_PORT}"
+    here = base + path
+    wait_for(
+        "the other Incident's agent account",
+        lambda: (incident(cluster, OTHER_NS).get("status") or {}).get("mcp"),
+        timeout=60,
+        interval=1,
+    )
+    ours, theirs = agent_token(cluster, DEMO_NS), agent_token(cluster, OTHER_NS)
+    with case("security (real node): the MCP endpoint refuses all but the Incident's agent"):
+        _refused_but_the_agent(cluster, base, ours=ours, theirs=theirs)
+    cluster.kubectl("delete", "namespace", OTHER_NS, "--wait=false")
+
+    seen = asyncio.run(agent_session(here, ours, DECOY.read_text()))
+    print(json.dumps({k: [t[:300] for _, t in v] for k, v in seen.items() if k != "tools"}))
+    assert {"brief", "alerts", "promql_query", "service_logs", "deploy_history"} <= seen["tools"]
+
+    def ok(tool: str, i: int = 0) -> str:
+        error, text = seen[tool][i]
+        assert not error, (tool, i, text)
+        return str(text)
+
+    def refused(tool: str, i: int) -> str:
+        error, text = seen[tool][i]
+        assert error, (tool, i, text)
+        return str(text)
+
+    assert SCENARIO.brief_path.read_text().strip()[:200] in ok("brief")
+    firing = json.loads(ok("alerts"))["firing"]
+    assert SCENARIO.target_alert in {a["alert"] for a in firing}, firing
+    assert json.loads(ok("promql_query"))["result"], "no up series of the catalog"
+    logs = ok("service_logs")
+    assert "line(s) matched" in logs, logs[:500]
+    assert "GET /products" in logs, logs[:500]
+    history = ok("deploy_history")
+    assert history.count("commit ") >= 2, history[:500]  # the release on the previous one
+    assert "def " in ok("workspace_read", 0)  # the regressed source, read-only
+    assert "leaves the workspace" in refused("workspace_read", 1)
+    assert json.loads(ok("submission_status", 0)) == {"state": "open"}
+    assert "give the fix as a unified diff" in refused("submit", 0)
+    made = ok("submit", 1)
+    assert "being graded" in refused("submit", 2)
+    name = made.split(f"Submission {DEMO_NS}/", 1)[1].split(" ", 1)[0]
+    assert json.loads(ok("submission_status", 1))["state"] == "grading"
+    sub = graded(cluster, name, timeout=420)
+    assert sub["spec"]["patch"]["inline"] == DECOY.read_text()  # the agent's patch, as given
+    # ... and the agent reads the verdict from its tools
+    status = json.loads(asyncio.run(submission_status(here, ours)))
+    assert status["state"] == "graded", status
+    assert status["submission"] == name
+    verdict = {k: status["verdict"][k] for k in ("passed", "reason", "score")}
+    assert verdict == {k: sub["status"][k] for k in verdict}, (status, sub["status"])
+    return sub
+
+
 def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
     cluster = demo
     t0 = time.monotonic()
@@ -230,6 +417,11 @@ def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
     shipped = yaml.safe_load((SCENARIO.directory / "incident.yaml").read_text())
     shipped["spec"]["verify"]["soakSeconds"] = [SOAK_LOW, SOAK_HIGH]
     cluster.kubectl("apply", "-f", "-", input_text=json.dumps(shipped))
+    # an Incident of the same name in another team's namespace, its target not there yet
+    # (it waits): its agent's token must open nothing of the demo's
+    cluster.kubectl("create", "namespace", OTHER_NS)
+    other = {**shipped, "metadata": {"name": INCIDENT, "namespace": OTHER_NS}}
+    cluster.kubectl("apply", "-f", "-", input_text=json.dumps(other))
 
     def awaiting() -> bool:
         inc = incident(cluster)
@@ -268,9 +460,11 @@ def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
     out = cluster.kubectl("exec", "-n", DEMO_NS, "deploy/catalog", "--", "python", "-c", ping)
     assert "+PONG" in out.stdout, out.stdout + out.stderr
 
-    submit(cluster, "empty", "")
-    empty = graded(cluster, "empty", timeout=420)
+    # the agent's MCP tools on the operator's endpoint: its own token only; through them a
+    # blind revert of the newest commit is submitted (a Submission, graded like any other)
+    empty = _tools_of_the_incident_for_its_agent_alone(cluster)
     assert empty["status"]["passed"] is False, json.dumps(empty["status"], indent=1)
+    assert empty["status"]["reason"] == "NotCleared", json.dumps(empty["status"], indent=1)
     assert cond(empty, "CIPassed")["status"] == "True"  # type: ignore[index]
 
     submit(cluster, "fix", FIX.read_text())

@@ -93,6 +93,9 @@ class Kube:
         self.batch: Any = client.BatchV1Api(self.api)
         self.custom: Any = client.CustomObjectsApi(self.api)
         self.networking: Any = client.NetworkingV1Api(self.api)
+        self.rbac: Any = client.RbacAuthorizationV1Api(self.api)
+        self.authn: Any = client.AuthenticationV1Api(self.api)
+        self.authz: Any = client.AuthorizationV1Api(self.api)
         self._exc = client.exceptions.ApiException
 
     def default_namespace(self) -> str:
@@ -219,28 +222,80 @@ class Kube:
         return True
 
     def create(self, obj: dict[str, Any]) -> None:
-        """Create a Job, ConfigMap, Deployment, Service or NetworkPolicy; an existing one of
-        the same name is kept (idempotent)."""
+        """Create a Job, ConfigMap, Deployment, Service, NetworkPolicy, ServiceAccount, Role
+        or RoleBinding; an existing one of the same name is kept (idempotent)."""
         ns = obj["metadata"]["namespace"]
+        api, method = {
+            "Job": (self.batch, "create_namespaced_job"),
+            "ConfigMap": (self.core, "create_namespaced_config_map"),
+            "Deployment": (self.apps, "create_namespaced_deployment"),
+            "Service": (self.core, "create_namespaced_service"),
+            "NetworkPolicy": (self.networking, "create_namespaced_network_policy"),
+            "ServiceAccount": (self.core, "create_namespaced_service_account"),
+            "Role": (self.rbac, "create_namespaced_role"),
+            "RoleBinding": (self.rbac, "create_namespaced_role_binding"),
+        }.get(obj["kind"], (None, ""))
+        if api is None:
+            raise KubeError(f"cannot create kind {obj['kind']}")
         try:
-            if obj["kind"] == "Job":
-                self.batch.create_namespaced_job(ns, obj)
-            elif obj["kind"] == "ConfigMap":
-                self.core.create_namespaced_config_map(ns, obj)
-            elif obj["kind"] == "Deployment":
-                self.apps.create_namespaced_deployment(ns, obj)
-            elif obj["kind"] == "Service":
-                self.core.create_namespaced_service(ns, obj)
-            elif obj["kind"] == "NetworkPolicy":
-                self.networking.create_namespaced_network_policy(ns, obj)
-            else:
-                raise KubeError(f"cannot create kind {obj['kind']}")
+            getattr(api, method)(ns, obj)
         except self._exc as exc:
             if self._status(exc) != 409:
                 raise KubeError(
                     f"creating {obj['kind']} {ns}/{obj['metadata']['name']}: "
                     f"{getattr(exc, 'reason', exc)}: {getattr(exc, 'body', '')}"
                 ) from exc
+
+    # --- who calls the MCP endpoint (runtime/kube/mcp.py)
+    def review_token(self, token: str, audience: str) -> dict[str, Any] | None:
+        """The user a bearer token authenticates as, for `audience` (TokenReview): its
+        username, uid, groups and extra; None when the API server does not vouch for it."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [audience]},
+        }
+        got = self._plain(self.authn.create_token_review(body))
+        st = got.get("status") or {}
+        if not st.get("authenticated") or audience not in (st.get("audiences") or []):
+            return None
+        return dict(st.get("user") or {})
+
+    def may(self, user: dict[str, Any], ns: str, attributes: dict[str, str]) -> tuple[bool, str]:
+        """Whether `user` (a TokenReview's) may do this in `ns` (SubjectAccessReview), and
+        the API server's reason."""
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user.get("username"),
+                "uid": user.get("uid"),
+                "groups": user.get("groups") or [],
+                "extra": user.get("extra") or {},
+                "resourceAttributes": {"namespace": ns, **attributes},
+            },
+        }
+        st = self._plain(self.authz.create_subject_access_review(body)).get("status") or {}
+        return bool(st.get("allowed")), str(st.get("reason") or st.get("evaluationError") or "")
+
+    def pods_of(self, ns: str, selector: dict[str, str]) -> list[dict[str, Any]]:
+        """The pods matching these labels, oldest first."""
+        sel = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        pods = self.core.list_namespaced_pod(ns, label_selector=sel).items
+        out = [self._plain(p) for p in pods]
+        return sorted(out, key=lambda p: str(p["metadata"].get("creationTimestamp", "")))
+
+    def pod_log(self, ns: str, pod: str, container: str, tail_lines: int) -> list[str]:
+        """A container's log, its last `tail_lines` lines ([] when it has none yet)."""
+        try:
+            text = self.core.read_namespaced_pod_log(
+                pod, ns, container=container, tail_lines=tail_lines
+            )
+        except self._exc as exc:
+            if self._status(exc) in (400, 404):  # not started yet, or gone
+                return []
+            raise
+        return str(text or "").splitlines()
 
     def delete_job(self, ns: str, name: str) -> None:
         with contextlib.suppress(self._exc):

@@ -29,6 +29,10 @@ Configuration (environment of the operator):
     SREFORGE_SOAK_SECRET       the secret each Incident's soak key is derived from (the chart
                                keeps one in a Secret); unset: a random one per operator
                                process, so a restarted operator draws new soak lengths
+    SREFORGE_MCP_PORT          serve each handed-off Incident's MCP tools on this port
+                               (runtime/kube/mcp.py; unset: no endpoint)
+    SREFORGE_MCP_URL           the endpoint's base URL as agents reach it (the chart's
+                               Service), written to each Incident's status.mcp.url
 """
 
 from __future__ import annotations
@@ -113,6 +117,7 @@ class OperatorConfig:
     runner_image: str | None = None
     scraper_namespace: str | None = None
     scraper_labels: dict[str, str] = field(default_factory=dict)
+    mcp_url: str | None = None  # the operator's MCP endpoint, as agents reach it
 
     @property
     def runner(self) -> str:
@@ -136,6 +141,7 @@ class OperatorConfig:
             scraper_labels=_labels(
                 "SREFORGE_SCRAPER_POD_LABELS", e.get("SREFORGE_SCRAPER_POD_LABELS") or ""
             ),
+            mcp_url=(e.get("SREFORGE_MCP_URL") or "").rstrip("/") or None,
         )
 
     def image(self, service: str, variant: str) -> str:

@@ -204,13 +204,39 @@ class IncidentRun:
             metrics.incident_phase(self.uid, incident_phase(self.p))
             self._refuse_queued("IncidentFinished", f"Incident {self.name} is finished")
             return
+        access = self._agent_access()
         if self.resumed:
             self.log.info(f"resuming run {st.run_id} in phase {st.phase}")
+            if access and (self.incident.get("status") or {}).get("mcp") != access["mcp"]:
+                self.kube.patch_status(INCIDENT_PLURAL, self.ns, self.name, access)
             first: loop.Event = loop.Resumed(t=time.time())
         else:
-            self._persist(started_conditions())
+            self._persist(started_conditions(), access)
             first = loop.Start(t=time.time())
         self.driver.run(first, stop)
+
+    def _agent_access(self) -> dict[str, Any]:
+        """The Incident's agent ServiceAccount and the Role that lets it (alone) call this
+        Incident's tools on the operator's MCP endpoint (runtime/kube/mcp.py), made before
+        the run starts (the endpoint serves them once the alert fired); its status.mcp."""
+        if not self.cfg.mcp_url:
+            return {}
+        try:
+            for obj in policy.agent_access(self.incident):
+                self.kube.create(obj)
+        except KubeError as exc:  # the run goes on; only its tools are missing
+            self.log.warning(f"no MCP tools for this Incident: {exc}")
+            self.kube.post_event(
+                events.event(self.incident, events.WARNING, "McpUnavailable", str(exc)[:1000])
+            )
+            return {}
+        return {
+            "mcp": {
+                "url": self.cfg.mcp_url + policy.mcp_path(self.ns, self.name),
+                "serviceAccountName": policy.agent_account_name(self.name),
+                "audience": policy.MCP_AUDIENCE,
+            }
+        }
 
     def stepped(self, before: Phase, event: loop.Event) -> None:
         if self.p.state.phase is not before:
@@ -402,6 +428,7 @@ class IncidentRun:
     def hand_off(self) -> None:
         brief = self.scenario.brief_path.read_text(encoding="utf-8")  # never root_cause.md
         st = self.p.state
+        tools = " (or use the MCP tools at status.mcp.url)" if self.cfg.mcp_url else ""
         self._persist(
             [
                 condition(
@@ -415,7 +442,7 @@ class IncidentRun:
                     "AwaitingSubmission",
                     True,
                     "HandedOff",
-                    "the brief is in status.brief; create a Submission",
+                    f"the brief is in status.brief; create a Submission{tools}",
                 ),
             ],
             {"brief": brief[:65_000]},

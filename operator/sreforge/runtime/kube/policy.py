@@ -27,6 +27,7 @@ import ipaddress
 from typing import Any
 from urllib.parse import urlsplit
 
+from sreforge.api.resources import GROUP
 from sreforge.api.scenario import Scenario
 from sreforge.runtime.kube.config import INCIDENT_LABEL, MANAGED, ROLE_LABEL, OperatorConfig
 from sreforge.runtime.kube.render import child_name, labels_for, owner_reference
@@ -199,3 +200,75 @@ def restore_identity(dep: dict[str, Any], identity: dict[str, Any]) -> dict[str,
         else:
             spec[key] = identity[key]
     return d
+
+
+# ----------------------------------------------------------------- the agent's MCP access
+# The operator's MCP endpoint takes a ServiceAccount token minted for this audience only
+# (a token for the API server is refused), and asks the API server whether its user may
+# `get` the Incident's `mcp` subresource (runtime/kube/mcp.py).
+MCP_AUDIENCE = "sreforge-mcp"
+MCP_SUBRESOURCE = "mcp"
+
+
+def mcp_path(ns: str, incident: str) -> str:
+    """Where the operator's endpoint serves an Incident's tools."""
+    return f"/incidents/{ns}/{incident}/mcp"
+
+
+def agent_account_name(incident: str) -> str:
+    return child_name(incident, "agent")
+
+
+def agent_access(incident: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Incident's agent: a ServiceAccount `<incident>-agent` without a mounted token, and
+    a Role (bound to it) that lets it read this Incident and call this Incident's MCP tools,
+    nothing else; all owned by the Incident (gone with it). A pod running as the account
+    gets a token for the endpoint from a projected volume (audience MCP_AUDIENCE); an
+    agent run by hand, from `kubectl create token <incident>-agent --audience sreforge-mcp`."""
+    meta = incident["metadata"]
+    name, ns = meta["name"], meta["namespace"]
+    account = agent_account_name(name)
+
+    def owned(kind: str, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": api,
+            "kind": kind,
+            "metadata": {
+                "name": account,
+                "namespace": ns,
+                "labels": labels_for(name, "agent"),
+                "ownerReferences": [owner_reference(incident)],
+            },
+            **body,
+        }
+
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [
+        owned("ServiceAccount", "v1", {"automountServiceAccountToken": False}),
+        owned(
+            "Role",
+            rbac,
+            {
+                "rules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "resources": ["incidents", f"incidents/{MCP_SUBRESOURCE}"],
+                        "resourceNames": [name],
+                        "verbs": ["get"],
+                    }
+                ]
+            },
+        ),
+        owned(
+            "RoleBinding",
+            rbac,
+            {
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": account,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+            },
+        ),
+    ]
