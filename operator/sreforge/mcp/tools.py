@@ -64,6 +64,9 @@ class Incident:
     # service name -> [(instance, its log file, or what reads its lines)] in start order
     log_files: Callable[[], Mapping[str, Sequence[tuple[str, LogSource]]]] = field(default=dict)
     handed_off_at: float = field(default_factory=time.time)
+    # PromQL label matchers of this incident's alerts on a shared Prometheus (Kubernetes:
+    # `incident="x",namespace=~"a|b"`); "" when the Prometheus is the run's own
+    alert_scope: str = ""
 
 
 class IncidentTools:
@@ -141,8 +144,9 @@ class IncidentTools:
         if not 1 <= history_minutes <= 24 * 60:
             raise Refused("history_minutes: between 1 and 1440")
         now = time.time()
-        current = self._prometheus("/api/v1/query", {"query": "ALERTS"})
-        since = self._prometheus("/api/v1/query", {"query": "ALERTS_FOR_STATE"})
+        scope = f"{{{self.incident.alert_scope}}}" if self.incident.alert_scope else ""
+        current = self._prometheus("/api/v1/query", {"query": f"ALERTS{scope}"})
+        since = self._prometheus("/api/v1/query", {"query": f"ALERTS_FOR_STATE{scope}"})
         active_since = {_key(s["metric"]): float(s["value"][1]) for s in since.get("result", [])}
         out: dict[str, Any] = {"now": shape.iso(now), "firing": [], "pending": []}
         for s in current.get("result", []):
@@ -159,7 +163,7 @@ class IncidentTools:
         history = self._prometheus(
             "/api/v1/query_range",
             {
-                "query": "ALERTS",
+                "query": f"ALERTS{scope}",
                 "start": f"{now - history_minutes * 60:.3f}",
                 "end": f"{now:.3f}",
                 "step": f"{step:g}",

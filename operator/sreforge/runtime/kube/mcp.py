@@ -14,7 +14,8 @@ The tools are those of a local run (sreforge.mcp.tools.IncidentTools) over Kuber
 sources: the brief from `status.brief`, the target's pods' logs through the API, the deploy
 history and a read-only workspace made in the operator's /tmp from the scenario's source
 and history (the same repository a local run hands off), PromQL against the Incident's
-Prometheus. `submit` creates a Submission, graded like any other.
+Prometheus. `submit` creates a Submission, graded like any other, annotated with what the
+agent's calls before it looked at (sreforge.mcp.trajectory.summarise; never the verdict's).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +47,10 @@ from sreforge.runtime import ci, handoff, sources
 from sreforge.runtime.kube.client import Kube
 from sreforge.runtime.kube.config import OperatorConfig
 from sreforge.runtime.kube.policy import MCP_AUDIENCE, MCP_SUBRESOURCE, mcp_path
+from sreforge.runtime.kube.render import telemetry_scope
 from sreforge.runtime.kube.status import condition_of
 from sreforge.runtime.workspace import history_of
+from sreforge.telemetry import label_matchers
 
 log = logging.getLogger("sreforge.mcp")
 
@@ -55,6 +59,7 @@ MOUNT = "/mcp"  # each Incident's app serves here; the dispatcher rewrites the p
 AUTH_CACHE_SECONDS = 30.0  # a token's answer is asked again after this
 LOG_TAIL_LINES = 4000  # per pod
 MCP_LABEL = "sreforge.dev/via"  # on Submissions made through the tools: "mcp"
+TRAJECTORY_ANNOTATION = "sreforge.dev/trajectory"  # ... with what the agent looked at
 
 
 # ----------------------------------------------------------------------- who may call
@@ -125,12 +130,27 @@ class KubeDesk:
     """An Incident's submission desk on Kubernetes: `submit` creates a Submission (graded
     like any other), one at a time; a write-up given before it goes with it."""
 
-    def __init__(self, kube: Kube, ns: str, incident: str) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        ns: str,
+        incident: str,
+        record: Path | None = None,
+        handed_off: float | None = None,
+    ) -> None:
         self.kube = kube
         self.ns = ns
         self.incident = incident
+        self.record = record  # the agent's calls so far (trajectory.jsonl)
+        self.handed_off = handed_off
         self._lock = threading.Lock()
         self._rca: str | None = None
+
+    def _looked_at(self) -> str:
+        """What the agent's calls before this submit looked at (trajectory.summarise), for
+        the Submission's annotation TRAJECTORY_ANNOTATION: a record, never the verdict's."""
+        calls = trajectory.read(self.record) if self.record is not None else []
+        return json.dumps(trajectory.summarise(calls, self.handed_off), sort_keys=True)
 
     def _mine(self) -> list[dict[str, Any]]:
         subs = [
@@ -150,6 +170,9 @@ class KubeDesk:
         if len(patch.encode()) > MAX_INLINE_PATCH:
             raise Refused(f"patch: larger than {MAX_INLINE_PATCH} bytes")
         with self._lock:
+            over = _finished(self.kube.get_incident(self.ns, self.incident))
+            if over is not None:
+                raise Refused(f"{over}: it takes no more submissions; see submission_status")
             for sub in self._mine():
                 state = _submission_state(sub)
                 if state["state"] == handoff.GRADING:
@@ -171,6 +194,7 @@ class KubeDesk:
                     "metadata": {
                         "generateName": f"{self.incident[:40]}-mcp-",
                         "labels": {MCP_LABEL: "mcp"},
+                        "annotations": {TRAJECTORY_ANNOTATION: self._looked_at()},
                     },
                     "spec": spec,
                 },
@@ -201,14 +225,24 @@ class KubeDesk:
 
 # ----------------------------------------------------------------------- the tools
 def _handed_off(inc: dict[str, Any]) -> None:
-    """Refused unless the Incident's tools may be served now: handed off, not finished."""
+    """Refused unless the Incident's tools may be served now: from the hand-off on (a
+    finished Incident's stay readable, its verdict included; `submit` refuses)."""
     meta = inc["metadata"]
-    who = f"Incident {meta['namespace']}/{meta['name']}"
-    st = inc.get("status") or {}
-    if (c := condition_of(inc, "Finished")) is not None and c.status == "True":
-        raise Refused(f"{who} is finished ({c.reason}): its tools are closed")
-    if not st.get("brief"):
-        raise Refused(f"{who} is not handed off yet: its alert has not fired")
+    if not (inc.get("status") or {}).get("brief"):
+        raise Refused(
+            f"Incident {meta['namespace']}/{meta['name']} is not handed off yet: "
+            "its alert has not fired"
+        )
+
+
+def _finished(inc: dict[str, Any] | None) -> str | None:
+    """Why the Incident takes no more submissions (gone, or finished), or None."""
+    if inc is None:
+        return "the Incident is gone"
+    c = condition_of(inc, "Finished")
+    if c is not None and c.status == "True":
+        return f"the Incident is finished ({c.reason})"
+    return None
 
 
 def _prepare_history(scenario: Any, repo_root: Path, into: Path) -> tuple[Path, Path]:
@@ -305,7 +339,7 @@ class Endpoints:
             if served is not None:  # an Incident of the same name made anew
                 await self._close(ns, name)
             tools = await asyncio.to_thread(self._tools, inc)
-            record = trajectory.Trajectory(self.root / uid / trajectory.FILE)
+            record = trajectory.Trajectory(self.root / uid / trajectory.FILE)  # as _tools reads
             server = tool_server.build(tools, record)
             app = server.streamable_http_app(streamable_http_path=MOUNT, host="0.0.0.0")
             served = _Served(uid=uid, app=app, manager=server.session_manager)
@@ -340,6 +374,7 @@ class Endpoints:
         scenario = self.cfg.scenario(spec.scenario)
         into = self.root / meta["uid"]
         into.mkdir(parents=True, exist_ok=True)
+        record = into / trajectory.FILE
         brief = into / "brief.md"
         brief.write_text(st["brief"], encoding="utf-8")
         try:
@@ -359,8 +394,10 @@ class Endpoints:
                 workspace=workspace,
                 prometheus_url=spec.prometheus_url or self.cfg.prometheus_url or "",
                 history=history,
-                desk=KubeDesk(self.kube, ns, name),
+                desk=KubeDesk(self.kube, ns, name, record, _when(st.get("firedTime"))),
                 log_files=lambda: self._logs(target_ns, target, scenario.service.name),
+                # its own alerts, not another Incident's on the same Prometheus
+                alert_scope=label_matchers(telemetry_scope(name, ns, target_ns)),
             )
         )
 
@@ -393,6 +430,14 @@ class Endpoints:
                     await self._close(ns, name)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _when(stamp: str | None) -> float | None:
+    """An RFC 3339 time of the Incident's status as Unix seconds (None when absent)."""
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if stamp else None
+    except ValueError:
+        return None
 
 
 def _bearer(scope: dict[str, Any]) -> str | None:
