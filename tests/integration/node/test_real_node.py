@@ -261,54 +261,56 @@ def raw_call(url: str, token: str | None) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-async def agent_session(url: str, token: str, patch: str) -> dict[str, Any]:
-    """What the Incident's agent sees through its tools, and its submit of `patch`."""
-    seen: dict[str, Any] = {}
+async def agent_calls(
+    url: str, token: str, calls: list[tuple[str, dict[str, Any]]]
+) -> tuple[set[str], list[tuple[bool, str]]]:
+    """One MCP session of the Incident's agent (its token): the tools it lists, and each
+    call's (whether it was an error, its text), in order."""
     auth = {"Authorization": f"Bearer {token}"}
     async with (
         httpx2.AsyncClient(headers=auth, timeout=60) as http,
         Client(streamable_http_client(url, http_client=http)) as c,
     ):
-        seen["tools"] = {t.name for t in (await c.list_tools()).tools}
-
-        async def call(tool: str, args: dict[str, Any]) -> tuple[bool, str]:
+        tools = {t.name for t in (await c.list_tools()).tools}
+        out = []
+        for tool, args in calls:
             r = await c.call_tool(tool, args)
-            return bool(r.is_error), "\n".join(str(getattr(x, "text", "")) for x in r.content)
+            out.append(
+                (bool(r.is_error), "\n".join(str(getattr(x, "text", "")) for x in r.content))
+            )
+    return tools, out
 
-        for tool, args in (
-            ("brief", {}),
-            ("alerts", {"history_minutes": 15}),
-            ("promql_query", {"query": 'up{job="catalog"}'}),
-            ("service_logs", {"service": "catalog", "since": None, "contains": "GET"}),
-            ("deploy_history", {}),
-            ("workspace_read", {"path": "catalog/app.py"}),
-            ("workspace_read", {"path": "../../../etc/passwd"}),
-            ("submission_status", {}),
-            ("submit", {}),
-            ("submit", {"patch": patch}),
-            ("submit", {"patch": patch}),
-            ("submission_status", {}),
-        ):
-            seen.setdefault(tool, []).append(await call(tool, args))
+
+def agent_session(url: str, token: str, patch: str) -> dict[str, Any]:
+    """What the Incident's agent sees through its tools, and its submit of `patch`."""
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("brief", {}),
+        ("alerts", {"history_minutes": 15}),
+        ("promql_query", {"query": 'up{job="catalog"}'}),
+        ("service_logs", {"service": "catalog", "since": None, "contains": "GET"}),
+        ("deploy_history", {}),
+        ("workspace_read", {"path": "catalog/app.py"}),
+        ("workspace_read", {"path": "../../../etc/passwd"}),
+        ("submission_status", {}),
+        ("submit", {}),
+        ("submit", {"patch": patch}),
+        ("submit", {"patch": patch}),
+        ("submission_status", {}),
+    ]
+    tools, answers = asyncio.run(agent_calls(url, token, calls))
+    seen: dict[str, Any] = {"tools": tools}
+    for (tool, _), answer in zip(calls, answers, strict=True):
+        seen.setdefault(tool, []).append(answer)
     return seen
 
 
-async def after_the_verdict(url: str, token: str, patch: str) -> tuple[str, bool, str]:
-    """The agent's submission_status once graded, and a second submit: (status, whether
-    the submit was refused, its text)."""
-    auth = {"Authorization": f"Bearer {token}"}
-    async with (
-        httpx2.AsyncClient(headers=auth, timeout=60) as http,
-        Client(streamable_http_client(url, http_client=http)) as c,
-    ):
-        r = await c.call_tool("submission_status", {})
-        assert not r.is_error
-        again = await c.call_tool("submit", {"patch": patch})
-        return (
-            "\n".join(str(getattr(x, "text", "")) for x in r.content),
-            bool(again.is_error),
-            "\n".join(str(getattr(x, "text", "")) for x in again.content),
-        )
+def mcp_base(cluster: LocalCluster) -> str:
+    """The operator's MCP endpoint from the node: its pod IP (in the cluster, the URL's
+    Service name resolves)."""
+    (op,) = kubectl_json(
+        cluster, "get", "pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/component=operator"
+    )["items"]
+    return f"http://{op['status']['podIP']}:{MCP_PORT}"
 
 
 def _refused_but_the_agent(cluster: LocalCluster, base: str, ours: str, theirs: str) -> None:
@@ -357,15 +359,11 @@ def _tools_for_the_incidents_agent_alone(
         "serviceAccountName": f"{PAIR}-agent",
         "audience": "sreforge-mcp",
     }, access
-    # in the cluster the URL's Service name resolves; from the node, the operator's pod IP
-    (op,) = kubectl_json(
-        cluster, "get", "pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/component=operator"
-    )["items"]
-    base = f"http://{op['status']['podIP']}:{MCP_PORT}"
+    base = mcp_base(cluster)
     with case("security (real node): the MCP endpoint refuses all but the Incident's agent"):
         _refused_but_the_agent(cluster, base, ours, theirs)
 
-    seen = asyncio.run(agent_session(base + path, agent_token(cluster, ours), patch))
+    seen = agent_session(base + path, agent_token(cluster, ours), patch)
     print(json.dumps({k: [t[:300] for _, t in v] for k, v in seen.items() if k != "tools"}))
     assert {"brief", "alerts", "promql_query", "service_logs", "deploy_history"} <= seen["tools"]
 
@@ -412,11 +410,12 @@ def _graded_through_the_tools(cluster: LocalCluster, ns: str, name: str, patch: 
     assert (looked["calls"], looked["errors"]) == (9, 2), looked
     assert looked["byTool"]["workspace_read"] == 2, looked
     assert "service_logs: catalog" in looked["lookedAt"], looked
-    (op,) = kubectl_json(
-        cluster, "get", "pods", "-n", SYSTEM_NS, "-l", "app.kubernetes.io/component=operator"
-    )["items"]
-    url = f"http://{op['status']['podIP']}:{MCP_PORT}/incidents/{ns}/{PAIR}/mcp"
-    text, refused, why = asyncio.run(after_the_verdict(url, agent_token(cluster, ns), patch))
+    url = f"{mcp_base(cluster)}/incidents/{ns}/{PAIR}/mcp"
+    calls = [("submission_status", {}), ("submit", {"patch": patch})]
+    _, ((error, text), (refused, why)) = asyncio.run(
+        agent_calls(url, agent_token(cluster, ns), calls)
+    )
+    assert not error, text
     # the run is over: its tools stay readable, a new submit is refused
     assert refused, why
     assert "the Incident is finished" in why, why
