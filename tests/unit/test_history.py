@@ -23,9 +23,7 @@ NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
 def _trees(scenario: Scenario, tmp: Path) -> tuple[Path, Path]:
     healthy, regressed = tmp / "healthy", tmp / "regressed"
-    sources.copy_healthy(scenario.source_path(ROOT), healthy)
-    ci.copy_tree(healthy, regressed)
-    ci.apply_patch(regressed, scenario.regression_path.read_text("utf-8"))
+    sources.scenario_trees(scenario, ROOT, healthy, regressed)
     return healthy, regressed
 
 
@@ -193,3 +191,18 @@ def test_scenarios_list_writes_a_difficulty_note_per_scenario(
     assert [r.split(" | ")[0].removeprefix("| ") for r in rows] == [s.name for s in CATALOGUE]
     compound = next(r for r in rows if r.startswith("| compound-cache-and-index |"))
     assert "01-delisted-404.patch, 02-drop-page-cache.patch | leaves it |" in compound
+
+
+def test_a_regression_that_does_not_apply_is_refused_naming_the_patch(tmp_path: Path) -> None:
+    here = tmp_path / "scenario"
+    shutil.copytree(ROOT / "scenarios" / "latency-cache-stampede", here)
+    regression = here / "regression.patch"
+    text = regression.read_text("utf-8")
+    # the hunk's removed lines no longer match the healthy tree
+    broken = text.replace("\n-", "\n-# not in the tree ", 1)
+    assert broken != text
+    regression.write_text(broken, encoding="utf-8")
+    scenario = load_scenario(here)
+    with pytest.raises(sources.SourceError) as err:
+        sources.scenario_trees(scenario, ROOT, tmp_path / "healthy", tmp_path / "regressed")
+    assert str(regression) in str(err.value)

@@ -157,18 +157,14 @@ class LocalEnvironment:
     # ----- trees -------------------------------------------------------------------
     def prepare_trees(self) -> None:
         """Copy the service's source twice: the healthy tree and the regressed one."""
-        src = self.scenario.source_path(self.repo_root)
         self.healthy = self.dir / "trees" / "healthy"
         self.regressed = self.dir / "trees" / "regressed"
         try:
-            self.service_python = sources.copy_healthy(src, self.healthy)
+            self.service_python = sources.scenario_trees(
+                self.scenario, self.repo_root, self.healthy, self.regressed
+            )
         except sources.SourceError as exc:
             raise ProcessError(str(exc)) from exc
-        ci.copy_tree(self.healthy, self.regressed)
-        try:
-            ci.apply_patch(self.regressed, self.scenario.regression_path.read_text("utf-8"))
-        except ci.PatchRejected as exc:
-            raise ProcessError(f"{self.scenario.regression_path}: {exc}") from exc
         self.data_dir = self.dir / "data"
         self.data_dir.mkdir()
 

@@ -190,6 +190,22 @@ def prepare_workspace(
     return revisions
 
 
+def scenario_workspace(
+    scenario: Scenario, healthy: Path, regressed: Path, dest: Path, history: Path
+) -> dict[str, str]:
+    """prepare_workspace for `scenario`: its service's name, its regression as the newest
+    deploy and its declared history before it."""
+    return prepare_workspace(
+        healthy,
+        regressed,
+        dest,
+        history,
+        service=scenario.service.name,
+        regression_patch=scenario.regression_path.read_text("utf-8"),
+        commits=workspace.history_of(scenario),
+    )
+
+
 def log_files(
     logs: Path, scenario: Scenario, revisions: dict[str, str], *, own_patched: str
 ) -> dict[str, list[tuple[str, Path]]]:

@@ -39,7 +39,6 @@ from sreforge.runtime import ci, contention, handoff, sandbox
 from sreforge.runtime.driver import Driver
 from sreforge.runtime.environment import LocalEnvironment
 from sreforge.runtime.process import ProcessError
-from sreforge.runtime.workspace import history_of
 
 PROGRESS_EVERY_SECONDS = 5.0
 
@@ -319,14 +318,12 @@ class LocalRun:
 
     def _prepare_workspace(self, workspace: Path) -> None:
         """The regressed tree as a repository with its deploy history (handoff.py)."""
-        self.revisions = handoff.prepare_workspace(
+        self.revisions = handoff.scenario_workspace(
+            self.scenario,
             self.env.healthy,
             self.env.regressed,
             workspace,
             self.case_dir / "handoff" / "history.git",
-            service=self.scenario.service.name,
-            regression_patch=self.scenario.regression_path.read_text("utf-8"),
-            commits=history_of(self.scenario),
         )
 
     def _serve_tools(self, workspace: Path, brief: Path) -> handoff.Desk:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from sreforge.api.scenario import Scenario
 from sreforge.api.source import SourceSpec, normalise, pinned_lines, pinned_names, unpinned
 from sreforge.errors import SreforgeError
 from sreforge.runtime import ci
@@ -289,3 +290,19 @@ def copy_healthy(source: Path, dest: Path) -> str | None:
     if spec.overlay:
         shutil.copytree(source / spec.overlay, dest, dirs_exist_ok=True)
     return str(fetched.python)
+
+
+def scenario_trees(
+    scenario: Scenario, repo_root: Path, healthy: Path, regressed: Path
+) -> str | None:
+    """The scenario's service twice: its healthy tree at `healthy` (copy_healthy) and at
+    `regressed` the same with the scenario's regression applied. Returns the interpreter
+    `python` means for them. Raises SourceError when the source is missing or the
+    regression does not apply (the message names the patch)."""
+    python = copy_healthy(scenario.source_path(repo_root), healthy)
+    ci.copy_tree(healthy, regressed)
+    try:
+        ci.apply_patch(regressed, scenario.regression_path.read_text("utf-8"))
+    except ci.PatchRejected as exc:
+        raise SourceError(f"{scenario.regression_path}: {exc}") from exc
+    return python

@@ -43,13 +43,12 @@ from sreforge.mcp import server as tool_server
 from sreforge.mcp import trajectory
 from sreforge.mcp.shape import Refused
 from sreforge.mcp.tools import Incident, IncidentTools, LogSource
-from sreforge.runtime import ci, handoff, sources
+from sreforge.runtime import handoff, sources
 from sreforge.runtime.kube.client import Kube
 from sreforge.runtime.kube.config import OperatorConfig
 from sreforge.runtime.kube.policy import MCP_AUDIENCE, MCP_SUBRESOURCE, mcp_path
 from sreforge.runtime.kube.render import telemetry_scope
 from sreforge.runtime.kube.status import condition_of
-from sreforge.runtime.workspace import history_of
 from sreforge.telemetry import label_matchers
 
 log = logging.getLogger("sreforge.mcp")
@@ -253,19 +252,9 @@ def _prepare_history(scenario: Any, repo_root: Path, into: Path) -> tuple[Path, 
     trees = into / "trees"
     shutil.rmtree(trees, ignore_errors=True)
     healthy, regressed = trees / "healthy", trees / "regressed"
-    sources.copy_healthy(scenario.source_path(repo_root), healthy)
-    ci.copy_tree(healthy, regressed)
-    ci.apply_patch(regressed, scenario.regression_path.read_text("utf-8"))
+    sources.scenario_trees(scenario, repo_root, healthy, regressed)
     shutil.rmtree(workspace, ignore_errors=True)
-    handoff.prepare_workspace(
-        healthy,
-        regressed,
-        workspace,
-        history,
-        service=scenario.service.name,
-        regression_patch=scenario.regression_path.read_text("utf-8"),
-        commits=history_of(scenario),
-    )
+    handoff.scenario_workspace(scenario, healthy, regressed, workspace, history)
     shutil.rmtree(trees, ignore_errors=True)
     return workspace, history
 
