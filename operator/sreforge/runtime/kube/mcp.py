@@ -327,9 +327,9 @@ class Endpoints:
                 return served
             if served is not None:  # an Incident of the same name made anew
                 await self._close(ns, name)
-            tools = await asyncio.to_thread(self._tools, inc)
-            record = trajectory.Trajectory(self.root / uid / trajectory.FILE)  # as _tools reads
-            server = tool_server.build(tools, record)
+            record = self.root / uid / trajectory.FILE
+            tools = await asyncio.to_thread(self._tools, inc, record)
+            server = tool_server.build(tools, trajectory.Trajectory(record))
             app = server.streamable_http_app(streamable_http_path=MOUNT, host="0.0.0.0")
             served = _Served(uid=uid, app=app, manager=server.session_manager)
             started = asyncio.Event()
@@ -355,15 +355,15 @@ class Endpoints:
                 await asyncio.wait_for(served.task, 5)
         await asyncio.to_thread(shutil.rmtree, self.root / served.uid, True)
 
-    def _tools(self, inc: dict[str, Any]) -> IncidentTools:
-        """The Incident's tools (blocking: prepares its workspace on first use)."""
+    def _tools(self, inc: dict[str, Any], record: Path) -> IncidentTools:
+        """The Incident's tools (blocking: prepares its workspace on first use), in the
+        directory of `record`, the trajectory file its server writes and its desk reads."""
         meta, st = inc["metadata"], inc.get("status") or {}
         ns, name = meta["namespace"], meta["name"]
         spec = IncidentSpec.model_validate(inc.get("spec") or {})
         scenario = self.cfg.scenario(spec.scenario)
-        into = self.root / meta["uid"]
+        into = record.parent
         into.mkdir(parents=True, exist_ok=True)
-        record = into / trajectory.FILE
         brief = into / "brief.md"
         brief.write_text(st["brief"], encoding="utf-8")
         try:
