@@ -34,7 +34,7 @@ def test_cases_fixes_then_empty_then_decoys_with_the_fast_subset_marked() -> Non
 
 def test_decoy_header_names_the_reasons_it_must_fail_with() -> None:
     by_name = {c.label: c for c in catalogue.cases(STAMPEDE)}
-    assert by_name["decoys/short-ttl.patch"].expected_reasons() == {
+    assert by_name["decoys/warm-once-read-through.patch"].expected_reasons() == {
         Reason.REFIRED,
         Reason.NOT_CLEARED,
     }
@@ -75,10 +75,10 @@ def record(passed: bool, reason: str, control: bool | None = None) -> dict[str, 
             {**record(True, "Passed"), "control": {"targetFired": False, "restarts": 1}},
             "not quiet",
         ),
-        ("short-ttl", record(False, "Refired"), None),
-        ("short-ttl", record(False, "CIRed"), "reason CIRed"),
-        ("short-ttl", record(False, "Inconclusive"), "failed only as Inconclusive"),
-        ("short-ttl", record(True, "Passed"), "expected fail"),
+        ("warm-once-read-through", record(False, "Refired"), None),
+        ("warm-once-read-through", record(False, "CIRed"), "reason CIRed"),
+        ("warm-once-read-through", record(False, "Inconclusive"), "failed only as Inconclusive"),
+        ("warm-once-read-through", record(True, "Passed"), "expected fail"),
         ("empty", record(False, "AlertNeverFired"), "failed only as AlertNeverFired"),
     ],
 )
