@@ -39,6 +39,7 @@ from sreforge.load.process import read_port_file  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from benchmd import write_section  # noqa: E402
+from procstat import cpu_seconds  # noqa: E402
 
 ENV = {
     **os.environ,
@@ -46,14 +47,6 @@ ENV = {
 }
 HEADING = "## Load generator"
 CASES = [(200, 3), (200, 300), (1000, 3), (1000, 300)]  # (req/s, response ms)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc/<pid>/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
 
 
 def stop(proc: subprocess.Popen[Any]) -> None:

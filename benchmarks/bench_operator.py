@@ -35,21 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the test suite's control plane, reused
 from tests.kubeenv import BUILD_COMMAND, ControlPlane, find_tools_bin  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from procstat import cpu_seconds, rss_mib  # noqa: E402
+
 HEADING = "## Operator: concurrent Incidents"
 SCENARIO = load_scenario(ROOT / "scenarios" / "latency-cache-stampede")
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def target(apps: Any, core: Any, ns: str) -> None:
