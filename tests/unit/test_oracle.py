@@ -263,6 +263,51 @@ def test_window_complete_stops_on_refire_and_after_window() -> None:
     assert oracle.window_complete(observe(firing_until(100, 61)), VERIFY, T0 + 61)
 
 
+def _broken_elsewhere(end: int) -> list[AlertSample]:
+    """The target clears at +3s; another route's page goes pending at +15s and fires from
+    +20s (the fix broke a part of the service the target's alert does not read)."""
+    return [
+        sample(
+            t,
+            ({TARGET} if t < 3 else set()) | ({ROUTE} if t >= 20 else set()),
+            pending=frozenset({ROUTE}) if 15 <= t < 20 else frozenset(),
+            pages=frozenset({ROUTE}) if t >= 20 else frozenset(),
+        )
+        for t in range(end + 1)
+    ]
+
+
+def test_a_page_charged_to_the_fix_ends_the_watch_with_new_alerts() -> None:
+    # pending is not yet a page: the watch goes on
+    assert not oracle.window_complete(observe(_broken_elsewhere(19)), VERIFY, T0 + 19)
+    # the page fired after the target cleared: nothing later can undo it
+    assert oracle.window_complete(observe(_broken_elsewhere(20)), VERIFY, T0 + 20)
+    v = oracle.evaluate(observe(_broken_elsewhere(20)), VERIFY)
+    assert not v.passed
+    assert v.reason is Reason.NEW_ALERTS, v.message
+    assert v.new_alerts == [ROUTE]
+    assert ROUTE in v.message
+    assert "the watch stopped at +17s" in v.message
+    # the window was not watched to its end: no credit for it
+    assert v.signal("sustained_clear").value is False
+    # watched to the end, the same fix fails the same way and keeps the window's credit
+    full = oracle.evaluate(observe(_broken_elsewhere(40)), VERIFY)
+    assert not full.passed
+    assert full.reason is Reason.NEW_ALERTS
+    assert full.signal("sustained_clear").value is True
+    assert v.score < full.score  # a page fails the run above the bar too (fail closed)
+
+
+def test_a_page_left_from_the_recovery_does_not_end_the_watch_while_it_may_still_end() -> None:
+    # Fired in the recovery and still firing at the latest sample: charged only if it
+    # outlasts the clear budget or the watch (test above); the watch goes on.
+    samples = _recovery_page(until=42, end=30)
+    assert not oracle.window_complete(observe(samples), VERIFY, T0 + 30)
+    # once past the clear budget it is the fix's
+    samples = _recovery_page(until=70, end=61)
+    assert oracle.window_complete(observe(samples), VERIFY, T0 + 61)
+
+
 def test_verdict_recomputes_from_its_json() -> None:
     obs = observe(firing_until(8, 45))
     again = oracle.VerifyObservations.model_validate_json(obs.model_dump_json())

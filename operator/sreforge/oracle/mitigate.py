@@ -85,7 +85,11 @@ _STATE_REASON = {
 
 
 def _charged(
-    obs: VerifyObservations, verify: VerifySpec, cleared_at: float | None
+    obs: VerifyObservations,
+    verify: VerifySpec,
+    cleared_at: float | None,
+    *,
+    watch_ended: bool = True,
 ) -> tuple[list[str], list[str]]:
     """The alerts other than the target charged to the fix, and the page-severity ones
     among them, in order of first charge. `obs.samples` are the samples from the redeploy.
@@ -103,6 +107,8 @@ def _charged(
         configuration-retry-storm fail when its hand-off was instant);
       - a page, inherited, still firing once the clear budget is spent (an old-build page
         the fix left firing: users still hurt).
+    With `watch_ended` False (the watch goes on) the last sample is no more than the
+    latest: only what no later sample can undo is charged.
     """
     if obs.redeployed_at is None:
         return [], []
@@ -121,7 +127,7 @@ def _charged(
             del began[name]
         for name in active - inherited:
             began.setdefault(name, s.t)
-        last = i == len(known) - 1
+        last = watch_ended and i == len(known) - 1
         for name in sorted(s.firing - {obs.target_alert}):
             page = name in s.pages
             if name in inherited:
@@ -395,6 +401,9 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
                 f"the {_watched(verify.sustain_seconds, soak)} was observed only to "
                 f"+{last_t - cleared_at:.0f}s"
             )
+            if pages:  # the watch stopped at the page (window_complete): nothing could undo it
+                fail_reason = None
+                msg = f"the watch stopped at +{last_t - cleared_at:.0f}s, when the page fired"
     if sustained:
         msg = f"clear for the whole {_watched(verify.sustain_seconds, soak)} under load"
     if fail_reason is None and pages:
@@ -403,6 +412,7 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
         msg = (
             f"page-severity alert {', '.join(pages)} fired after the redeploy: the fix "
             "breaks or leaves broken another part of the service"
+            + ("" if sustained else f" ({msg})")
         )
     details[SignalName.SUSTAINED_CLEAR] = msg
     signals = _signals(
@@ -464,7 +474,12 @@ def window_complete(obs: VerifyObservations, verify: VerifySpec, now: float) -> 
         return now > t0 + verify.clear_budget_seconds
     if now >= first + verify.sustain_seconds + obs.soak_seconds:
         return True
-    # A refire or a failed sample inside the window decides the verdict already.
-    return any(
+    # A refire or a failed sample inside the window decides the verdict already, and so
+    # does a page charged to the fix (fail closed: NewAlerts whatever follows).
+    if any(
         st is not SampleState.CLEAR for s, st in zip(samples, states, strict=True) if s.t > first
-    )
+    ):
+        return True
+    watched = obs.model_copy(update={"samples": samples})
+    _, pages = _charged(watched, verify, first, watch_ended=False)
+    return bool(pages)
