@@ -2,8 +2,9 @@
 
 Runs latency-cache-stampede with a reference fix (real Prometheus, service, load) and
 splits its wall time into the inherent waits (the alert's fire wait, the time the fix
-takes to clear the alert, the sustained window) and the harness overhead (everything
-else: trees, seeding, process start-up, CI, redeploy, restore, recording).
+takes to clear the alert, the sustained window and the soak after it) and the harness
+overhead (everything else: trees, seeding, process start-up, CI, redeploy, restore,
+recording). The soak is fixed (--soak, both ends of its range) so that runs compare.
 Writes the `## Full run` section of BENCHMARKS.md.
 """
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HEADING = "## Full run"
 
 
-def one_run(fix: str, sustain: int, runs: Path) -> dict[str, float]:
+def one_run(fix: str, sustain: int, soak: int, runs: Path) -> dict[str, float]:
     subprocess.run(
         [
             sys.executable,
@@ -36,6 +37,8 @@ def one_run(fix: str, sustain: int, runs: Path) -> dict[str, float]:
             str(ROOT / "scenarios" / "latency-cache-stampede" / "fixes" / fix),
             "--sustain-seconds",
             str(sustain),
+            "--soak-seconds",
+            f"{soak}:{soak}",
             "--runs-dir",
             str(runs),
         ],
@@ -47,7 +50,8 @@ def one_run(fix: str, sustain: int, runs: Path) -> dict[str, float]:
     record = json.loads(record_path.read_text())
     wall = record["wallTimeSeconds"]
     ttc = record["timeToClearSeconds"] or 0.0
-    inherent = wall.get("fireWait", 0.0) + ttc + sustain
+    soaked = float((record.get("soak") or {}).get("seconds") or 0.0)
+    inherent = wall.get("fireWait", 0.0) + ttc + sustain + soaked
     return {
         "passed": float(record["passed"]),
         "total": wall["total"],
@@ -57,6 +61,7 @@ def one_run(fix: str, sustain: int, runs: Path) -> dict[str, float]:
         "deploy": wall.get("deploy", 0.0),
         "time_to_clear": ttc,
         "sustain": float(sustain),
+        "soak": soaked,
         "restore": wall.get("restore", 0.0),
         "overhead": wall["total"] - inherent,
         # share of the machine's CPU outside this run while the fix was verified
@@ -68,13 +73,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fix", default="restore-simplecache.patch")
     ap.add_argument("--sustain", type=int, default=30)
+    ap.add_argument("--soak", type=int, default=60, help="the soak after the window (s)")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="sreforge-bench-") as tmp:
         for i in range(args.runs):
-            row = one_run(args.fix, args.sustain, Path(tmp) / str(i))
+            row = one_run(args.fix, args.sustain, args.soak, Path(tmp) / str(i))
             row["load_avg_1m"] = os.getloadavg()[0]  # other work on the machine, at the end
             rows.append(row)
     cols = [
@@ -85,14 +91,17 @@ def main() -> int:
         "deploy",
         "time_to_clear",
         "sustain",
+        "soak",
         "restore",
         "overhead",
         "load_avg_1m",
         "outside_cpu",
     ]
     out = [
-        f"`python benchmarks/bench_run.py --fix {args.fix} --sustain {args.sustain}` "
-        f"(seconds; overhead = total - fire wait - time to clear - sustained window; "
+        f"`python benchmarks/bench_run.py --fix {args.fix} --sustain {args.sustain} "
+        f"--soak {args.soak}` (seconds; overhead = total - fire wait - time to clear - "
+        "sustained window - soak (the hidden soak's length fixed here, drawn per run "
+        "otherwise); "
         f"load_avg_1m: the machine's 1-minute load average when the run ended, {os.cpu_count()} "
         "CPUs: setup includes the wait for 15 s of steady quiet on the healthy build, which "
         "other work on the machine lengthens; outside_cpu: the share of the machine's CPU "
