@@ -306,6 +306,10 @@ def test_a_page_left_from_the_recovery_does_not_end_the_watch_while_it_may_still
     # once past the clear budget it is the fix's
     samples = _recovery_page(until=70, end=61)
     assert oracle.window_complete(observe(samples), VERIFY, T0 + 61)
+    # A watch cut short (a harness fault) with only such a page at its end stays
+    # Inconclusive: the page might still have ended.
+    cut = oracle.evaluate(observe(_recovery_page(until=42, end=30)), VERIFY)
+    assert cut.reason is Reason.INCONCLUSIVE, cut.message
 
 
 def test_verdict_recomputes_from_its_json() -> None:

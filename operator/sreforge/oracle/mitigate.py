@@ -330,7 +330,8 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
         None,
     )
     cleared_at = samples[first].t if first is not None else None
-    new_alerts, pages = _charged(obs.model_copy(update={"samples": samples}), verify, cleared_at)
+    watched = obs.model_copy(update={"samples": samples})
+    new_alerts, pages = _charged(watched, verify, cleared_at)
     if first is None:
         before = [st for s, st in zip(samples, states, strict=True) if s.t <= budget_end]
         if SampleState.HARNESS in before or not before:
@@ -401,7 +402,8 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
                 f"the {_watched(verify.sustain_seconds, soak)} was observed only to "
                 f"+{last_t - cleared_at:.0f}s"
             )
-            if pages:  # the watch stopped at the page (window_complete): nothing could undo it
+            # stopped at a page no later sample could undo (window_complete), not a fault
+            if _charged(watched, verify, cleared_at, watch_ended=False)[1]:
                 fail_reason = None
                 msg = f"the watch stopped at +{last_t - cleared_at:.0f}s, when the page fired"
     if sustained:
