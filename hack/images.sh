@@ -28,7 +28,11 @@
 #   PREFIX <service>:healthy    substrate/<service>/Dockerfile
 #   PREFIX <service>:<scenario> the same with the scenario's regression.patch
 #                               (SREFORGE_PATCH), for every scenarios/*/scenario.toml
+#   PREFIX <source>:healthy     a fetched third-party service (substrate/<source>/source.toml):
+#   PREFIX <source>:<scenario>  hack/images/source.Dockerfile on the context that
+#                               `sreforge sources context` stages; CMD: the scenario's command
 #   PREFIX redis:7              Debian's redis-server (scenarios with dependencies = ["redis"])
+#   PREFIX postgresql:15        Debian's PostgreSQL (dependencies = ["postgresql"])
 #   PREFIX prometheus:<v>       the prometheus binary of hack/k8s-tools.sh, laid out like
 #                               prom/prometheus (what charts/sreforge runs)
 #   PREFIX pause:3.10           kubernetes' build/pause/linux/pause.c, gcc -static, umoci
@@ -41,6 +45,7 @@
 #   SREFORGE_DEBIAN_MIRROR Debian mirror (default: the one in /etc/apt/sources.list.d)
 #   SREFORGE_CONTAINERD    containerd socket for load (default /run/containerd/containerd.sock)
 #   SREFORGE_DOCKER_HOST   use this Docker engine (unix://...) instead of starting one
+#   SREFORGE_IMAGES_NICE   the builds' nice level (default 10; the engine runs under it)
 #   SREFORGE_CA_BUNDLE     the host's CA bundle (default /etc/ssl/certs/ca-certificates.crt)
 #   SREFORGE_TOOLS_DIR     hack/k8s-tools.sh's cache (prometheus, the kubernetes module)
 #   DOCKER, CTR            the docker CLI that builds, the ctr binary
@@ -60,6 +65,8 @@ IMAGES_DIR="${SREFORGE_IMAGES_DIR:-$HOME/.cache/sreforge/images}"
 PREFIX="${SREFORGE_IMAGE_PREFIX:-sreforge/}"
 CONTAINERD_SOCK="${SREFORGE_CONTAINERD:-/run/containerd/containerd.sock}"
 CTR="${CTR:-ctr}"
+# the project's Python (stages a fetched source's context: `sreforge sources context`)
+SREFORGE_PY="${SREFORGE_PY:-$REPO_ROOT/.venv/bin/python}"
 
 SUITE=bookworm
 VARIANT=minbase
@@ -88,7 +95,9 @@ log() { printf '[images %s] %s\n' "$(fmt_secs $(( $(date +%s) - T0 )))" "$*" >&2
 die() { log "ERROR: $*"; exit 1; }
 since() { fmt_secs $(( $(date +%s) - $1 )); }
 
-NICE=(nice -n 10)
+# builds run at a low priority (the daemons are started under it: their build steps are
+# their children), so a build never starves a run or a test on the same machine
+NICE=(nice -n "${SREFORGE_IMAGES_NICE:-10}")
 if command -v ionice >/dev/null 2>&1; then NICE+=(ionice -c 3); fi
 
 cleanup() {
@@ -172,7 +181,7 @@ EOF
     echo '{}' >"$RUN_DIR/daemon.json"
   fi
   # (8>&-: the daemons must not hold the cache's lock)
-  containerd --config "$RUN_DIR/containerd.toml" >"$IMAGES_DIR/logs/containerd.log" 2>&1 8>&- &
+  "${NICE[@]}" containerd --config "$RUN_DIR/containerd.toml" >"$IMAGES_DIR/logs/containerd.log" 2>&1 8>&- &
   echo $! >"$RUN_DIR/containerd.pid"
   OWN_ENGINE=1
   local n=0
@@ -181,7 +190,7 @@ EOF
     (( n++ < 100 )) || die "containerd did not serve $ENGINE_CTD_SOCK in 10 s"
     sleep 0.1
   done
-  dockerd --config-file "$RUN_DIR/daemon.json" \
+  "${NICE[@]}" dockerd --config-file "$RUN_DIR/daemon.json" \
     --data-root "$IMAGES_DIR/engine/docker" --exec-root "$RUN_DIR/exec" \
     --pidfile "$RUN_DIR/dockerd.pid" -H "unix://$DOCKER_SOCK" \
     --containerd "$ENGINE_CTD_SOCK" --cgroup-parent "$CGROUP_PARENT" \
@@ -425,21 +434,43 @@ docker_build() {
   fi
 }
 
-# Prints the plan: TAG<TAB>KIND<TAB>DOCKERFILE<TAB>SREFORGE_PATCH, one image a line, KIND
-# being repo (context: the repository), runner (the same, its `runner` target), redis,
-# prometheus or pause.
+# Prints the plan: TAG<TAB>KIND<TAB>DOCKERFILE<TAB>SREFORGE_PATCH<TAB>SOURCE<TAB>COMMAND, one
+# image a line, KIND being repo (context: the repository), runner (the same, its `runner`
+# target), source (a fetched third-party service: SOURCE is its substrate folder, the
+# context is staged by `sreforge sources context`, COMMAND is the image's CMD), redis,
+# postgresql, prometheus or pause.
 plan() {
   python3 - "$REPO_ROOT" "$PREFIX" "$PAUSE_TAG" "$(prometheus_version)" <<'PY'
 import pathlib
+import shlex
 import sys
 import tomllib
 
 root, prefix, pause_tag, prom_version = pathlib.Path(sys.argv[1]), *sys.argv[2:]
-rows: dict[str, tuple[str, str, str]] = {}
+rows: dict[str, tuple[str, ...]] = {}
+# what a pod's command means by the scenario's placeholders (runtime/kube/render.py)
+POD = {"{host}": "0.0.0.0", "{port}": "8080", "{data_dir}": "/tmp"}
 
 
-def add(tag: str, kind: str, dockerfile: str, patch: str = "") -> None:
-    rows.setdefault(prefix + tag, (kind, dockerfile, patch))
+def add(tag: str, kind: str, dockerfile: str, patch: str = "", source: str = "", cmd: str = "") -> None:
+    rows.setdefault(prefix + tag, (kind, dockerfile, patch, source, cmd))
+
+
+def pod_command(argv: list[str]) -> str:
+    out = []
+    for a in argv:
+        for k, v in POD.items():
+            a = a.replace(k, v)
+        out.append(a)
+    return shlex.join(out)
+
+
+def image(name: str, source: str, tag: str, patch: str = "", command: list[str] = ()) -> None:
+    if (root / source / "source.toml").is_file():
+        add(f"{name}:{tag}", "source", "hack/images/source.Dockerfile", patch, source,
+            pod_command(list(command)))
+    else:
+        add(f"{name}:{tag}", "repo", f"{source}/Dockerfile", patch)
 
 
 add("operator:dev", "repo", "Dockerfile")
@@ -450,22 +481,23 @@ deps: set[str] = set()
 for toml in sorted(root.glob("scenarios/*/scenario.toml")):
     s = tomllib.loads(toml.read_text(encoding="utf-8"))
     if "kube" not in s.get("runtimes", ["local", "kube"]):
-        continue  # local-only (a fetched third-party service without images yet)
+        continue  # local-only
     svc = s["service"]
     patch = (toml.parent / s.get("regression", "regression.patch")).relative_to(root)
-    add(f"{svc['name']}:healthy", "repo", f"{svc['source']}/Dockerfile")
-    add(f"{svc['name']}:{s['name']}", "repo", f"{svc['source']}/Dockerfile", str(patch))
+    image(svc["name"], svc["source"], "healthy", command=svc["command"])
+    image(svc["name"], svc["source"], s["name"], str(patch), svc["command"])
     for up in svc.get("upstreams", []):
-        add(f"{up['name']}:healthy", "repo", f"{up['source']}/Dockerfile")
+        image(up["name"], up["source"], "healthy", command=up["command"])
     deps.update(svc.get("dependencies", []))
+recipes = {"redis": "redis:7", "postgresql": "postgresql:15"}
 for dep in sorted(deps):
-    if dep != "redis":
-        sys.exit(f"no image recipe for dependency {dep!r} (hack/images.sh knows redis)")
-    add("redis:7", "redis", "hack/images/redis.Dockerfile")
+    if dep not in recipes:
+        sys.exit(f"no image recipe for dependency {dep!r} (hack/images.sh knows {sorted(recipes)})")
+    add(recipes[dep], dep, f"hack/images/{dep}.Dockerfile")
 add(f"prometheus:{prom_version}", "prometheus", "hack/images/prometheus.Dockerfile")
 add(f"pause:{pause_tag}", "pause", "")
-for tag, (kind, dockerfile, patch) in rows.items():
-    print(f"{tag}\t{kind}\t{dockerfile}\t{patch}")
+for tag, row in rows.items():
+    print("\t".join(x or "-" for x in (tag, *row)))  # "-": empty (tabs would collapse)
 PY
 }
 
@@ -493,7 +525,8 @@ sync_file() {
 image_id() { docker_ image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
 
 build_one() {
-  local tag=$1 kind=$2 dockerfile=$3 patch=$4
+  local tag=$1 kind=$2 dockerfile=$3 patch=$4 source=${5:-} command=${6:-}
+  [[ "$patch" != - ]] || patch=""
   local start before after args=(-f "$REPO_ROOT/$dockerfile" --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$tag")
   local context=$REPO_ROOT
   start=$(date +%s)
@@ -501,7 +534,20 @@ build_one() {
   case "$kind" in
     repo) [[ -z "$patch" ]] || args+=(--build-arg "SREFORGE_PATCH=$patch") ;;
     runner) args+=(--target runner) ;;
-    redis) context="$IMAGES_DIR/context/empty"; mkdir -p "$context" ;;
+    source)
+      # the fetched release, staged (unchanged files keep their bytes: the cache holds)
+      context="$IMAGES_DIR/context/${source##*/}"
+      "$SREFORGE_PY" -m sreforge.cli sources context "${source##*/}" --root "$REPO_ROOT" \
+          --dest "$context" >/dev/null || die "$tag: cannot stage ${source##*/}'s context"
+      args+=(--build-arg "SREFORGE_COMMAND=$command")
+      if [[ -n "$patch" ]]; then
+        mkdir -p "$context/patches"
+        local staged
+        staged="patches/$(basename "$(dirname "$patch")").patch"
+        sync_file "$REPO_ROOT/$patch" "$context/$staged"
+        args+=(--build-arg "SREFORGE_PATCH=$staged")
+      fi ;;
+    redis|postgresql) context="$IMAGES_DIR/context/empty"; mkdir -p "$context" ;;
     prometheus)
       context="$IMAGES_DIR/context/prometheus"; mkdir -p "$context"
       sync_file "$(prometheus_binary)" "$context/prometheus" ;;
@@ -541,13 +587,13 @@ cmd_build() {
   select_images "$@"
   take_lock
   cmd_base
-  local line tag kind dockerfile patch n=0 start
+  local line tag kind dockerfile patch source command n=0 start
   start=$(date +%s)
   BUILT_CHANGED=0
   for line in "${SELECTED[@]}"; do
-    IFS=$'\t' read -r tag kind dockerfile patch <<<"$line"
+    IFS=$'\t' read -r tag kind dockerfile patch source command <<<"$line"
     [[ "$kind" == pause ]] && continue   # made by `load`: it is not a Docker image
-    build_one "$tag" "$kind" "$dockerfile" "$patch"
+    build_one "$tag" "$kind" "$dockerfile" "$patch" "$source" "$command"
     n=$(( n + 1 ))
   done
   # the images that rebuilt tags replaced (the build cache stays); never on a user's engine

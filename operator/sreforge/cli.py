@@ -116,7 +116,7 @@ def _print_summary(record: RunRecord, run_dir: Path) -> None:
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
-    """`sreforge sources fetch|list`: the third-party services under test (source.toml)."""
+    """`sreforge sources fetch|list|context`: the third-party services under test (source.toml)."""
     try:
         found = sources.discover(args.root)
         if args.names:
@@ -128,6 +128,13 @@ def cmd_sources(args: argparse.Namespace) -> int:
                 )
                 return EXIT_ERROR
             found = [(d, spec) for d, spec in found if spec.name in args.names]
+        if args.sources_command == "context":
+            if len(found) != 1 or args.dest is None:
+                print("error: sources context takes one source name and --dest", file=sys.stderr)
+                return EXIT_ERROR
+            sources.build_context(found[0][0], args.dest)
+            print(f"{found[0][1].label}: build context at {args.dest}")
+            return 0
         for directory, spec in found:
             where = sources.Fetched(spec)
             if args.sources_command == "fetch":
@@ -643,9 +650,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("fetch", "download, verify (sha256) and unpack each source, with its pinned venv"),
         ("list", "each source and whether it is fetched"),
+        ("context", "stage a fetched source's image build context (hack/images.sh)"),
     ):
         one = src_sub.add_parser(name, help=text)
         one.add_argument("names", nargs="*", help="source names (default: all)")
+        if name == "context":
+            one.add_argument("--dest", type=Path, required=True, help="the context folder")
         one.add_argument("--root", type=Path, default=repo_root(), help="the checkout")
         one.set_defaults(func=cmd_sources)
 

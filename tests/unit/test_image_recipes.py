@@ -17,11 +17,19 @@ from sreforge import scenarios
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "images.sh"
-# the Python images (the operator and the substrate services) and their public base
-PYTHON_DOCKERFILES = [REPO / "Dockerfile", *sorted((REPO / "substrate").glob("*/Dockerfile"))]
+# the Python images (the operator, the substrate services, a fetched third-party service)
+# and their public base
+SOURCE_DOCKERFILE = REPO / "hack" / "images" / "source.Dockerfile"
+PYTHON_DOCKERFILES = [
+    REPO / "Dockerfile",
+    *sorted((REPO / "substrate").glob("*/Dockerfile")),
+    SOURCE_DOCKERFILE,
+]
 PYTHON_BASE = "python:3.11-slim"
-# the images only hack/images.sh builds (Redis, Prometheus): Debian's own base
-HACK_DOCKERFILES = sorted((REPO / "hack" / "images").glob("*.Dockerfile"))
+# the images only hack/images.sh builds (Redis, PostgreSQL, Prometheus): Debian's own base
+HACK_DOCKERFILES = sorted(
+    p for p in (REPO / "hack" / "images").glob("*.Dockerfile") if p != SOURCE_DOCKERFILE
+)
 DEBIAN_BASE = "debian:bookworm-slim"
 # the scenarios with images (runtimes has "kube"); a local-only one has none yet
 KUBE_SCENARIOS = [s for s in scenarios.discover(REPO / "scenarios") if "kube" in s.runtimes]
@@ -78,7 +86,9 @@ def test_the_recipes_are_all_found() -> None:
         "substrate/pricing/Dockerfile",
         "substrate/supplier/Dockerfile",
         "hack/images/redis.Dockerfile",
+        "hack/images/postgresql.Dockerfile",
         "hack/images/prometheus.Dockerfile",
+        "hack/images/source.Dockerfile",
     } <= names
 
 
@@ -137,11 +147,16 @@ def test_a_regression_patch_lands_after_the_dependency_layers(dockerfile: Path) 
 
 
 def test_every_scenario_service_can_be_built_with_its_regression() -> None:
+    fetched = 0
     for sc in KUBE_SCENARIOS:
         dockerfile = REPO / sc.service.source / "Dockerfile"
+        if (REPO / sc.service.source / "source.toml").is_file():
+            dockerfile = SOURCE_DOCKERFILE  # on the context `sreforge sources context` stages
+            fetched += 1
         assert any(ins == ("ARG", 'SREFORGE_PATCH=""') for ins in instructions(dockerfile)), (
             f"{sc.name}: {dockerfile} takes no SREFORGE_PATCH"
         )
+    assert fetched >= 8, "the scenarios on fetched third-party services have images"
 
 
 def run_script(*args: str, prefix: str = "test.invalid/sf-") -> subprocess.CompletedProcess[str]:
@@ -157,14 +172,14 @@ def test_list_names_a_tag_per_scenario_and_every_image_a_scenario_needs() -> Non
     names = res.stdout.split()
     assert len(names) == len(set(names))
     expected = {"test.invalid/sf-operator:dev", "test.invalid/sf-runner:dev"}
-    redis = False
+    deps: set[str] = set()
     for sc in KUBE_SCENARIOS:
         svc = sc.service
         expected |= {f"test.invalid/sf-{svc.name}:{sc.name}", f"test.invalid/sf-{svc.name}:healthy"}
         expected |= {f"test.invalid/sf-{up.name}:healthy" for up in svc.upstreams}
-        redis = redis or "redis" in svc.dependencies
-    assert redis, "no scenario needs Redis any more: drop this branch"
-    expected.add("test.invalid/sf-redis:7")
+        deps |= set(svc.dependencies)
+    assert deps == {"redis", "postgresql"}, deps
+    expected |= {"test.invalid/sf-redis:7", "test.invalid/sf-postgresql:15"}
     assert expected <= set(names), sorted(expected - set(names))
     assert any(re.fullmatch(r"test\.invalid/sf-prometheus:v3\.\d+\.\d+", n) for n in names)
     assert any(n.startswith("test.invalid/sf-pause:") for n in names)

@@ -65,7 +65,7 @@ def copy_scenario(tmp_path: Path) -> Path:
             'dependencies = ["redis"]',
             'dependencies = ["redis"]\nenv = { DB = "{secret}" }',
             "service",
-            "env: {secret} is not one of {port}, {data_dir}, {redis_url}, {postgresql_url}",
+            "env: {secret} is not one of {host}, {port}, {data_dir}, {redis_url}, {postgresql_url}",
         ),
         (
             'dependencies = ["redis"]',

@@ -239,7 +239,9 @@ EnvName = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")]
 RESERVED_JOBS = frozenset({"loadgen", "prober", "harness", "prometheus", "redis"})
 RESERVED_ENV = frozenset({"HOST", "PORT", "DATA_DIR", "REDIS_URL", "POSTGRESQL_URL"})
 # What the service's `env` values and its command may name, filled in per build.
-SERVICE_PLACEHOLDERS = ("{port}", "{data_dir}", "{redis_url}", "{postgresql_url}")
+# {host}: the address to listen on (127.0.0.1 locally, where each build has a network of
+# its own; 0.0.0.0 in a pod, where the Service and the load reach it on the pod IP).
+SERVICE_PLACEHOLDERS = ("{host}", "{port}", "{data_dir}", "{redis_url}", "{postgresql_url}")
 _PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
 
 
@@ -342,7 +344,7 @@ class ServiceSpec(_Model):
     metrics_path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
     dependencies: list[Literal["redis", "postgresql"]] = Field(default_factory=list)
     # More environment for the service's builds (and its data preparation): values may
-    # name {port}, {data_dir}, {redis_url}, {postgresql_url} (e.g. a third-party service's
+    # name {host}, {port}, {data_dir}, {redis_url}, {postgresql_url} (e.g. a third-party service's
     # own setting, KINTO_STORAGE_URL = "{postgresql_url}").
     env: dict[EnvName, str] = Field(default_factory=dict)
     upstreams: list[UpstreamSpec] = Field(default_factory=list)
@@ -465,7 +467,6 @@ class Scenario(_Model):
     history: History | None = None
     difficulty: Difficulty | None = None
     # Where it can be graded: "kube" needs its images (hack/images.sh) and incident.yaml.
-    # A scenario on a fetched third-party service is local-only until its images exist.
     runtimes: Annotated[list[Literal["local", "kube"]], Field(min_length=1)] = ["local", "kube"]
 
     # Set by the loader (sreforge.scenarios), not by scenario.toml.

@@ -221,8 +221,10 @@ class LocalEnvironment:
 
     @staticmethod
     def _fill(value: str, env: dict[str, str]) -> str:
-        """A scenario's {port}, {data_dir}, {redis_url}, {postgresql_url} for one build."""
+        """A scenario's {host}, {port}, {data_dir}, {redis_url}, {postgresql_url} for one
+        build."""
         for name, key in (
+            ("host", "HOST"),
             ("port", "PORT"),
             ("data_dir", "DATA_DIR"),
             ("redis_url", "REDIS_URL"),

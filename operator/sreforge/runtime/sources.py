@@ -269,6 +269,18 @@ def fetch(
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def _in_cache(source: Path) -> tuple[SourceSpec, Fetched]:
+    """The spec at `source` and where it is fetched; SourceError when it is not."""
+    spec = load(source)
+    fetched = Fetched(spec)
+    if not fetched.ready((source / spec.requirements).read_text("utf-8")):
+        raise SourceError(
+            f"{spec.label} is not fetched: run `sreforge sources fetch {spec.name}` "
+            "(bash scripts/setup.sh does)"
+        )
+    return spec, fetched
+
+
 def copy_healthy(source: Path, dest: Path) -> str | None:
     """Copy a service's healthy tree to `dest`: the committed tree at `source`, or, when
     `source` holds a source.toml, the fetched release with the deployment's overlay on
@@ -279,13 +291,7 @@ def copy_healthy(source: Path, dest: Path) -> str | None:
             raise SourceError(f"service source {source} does not exist")
         ci.copy_tree(source, dest)
         return None
-    spec = load(source)
-    fetched = Fetched(spec)
-    if not fetched.ready((source / spec.requirements).read_text("utf-8")):
-        raise SourceError(
-            f"{spec.label} is not fetched: run `sreforge sources fetch {spec.name}` "
-            "(bash scripts/setup.sh does)"
-        )
+    spec, fetched = _in_cache(source)
     ci.copy_tree(fetched.tree, dest)
     if spec.overlay:
         shutil.copytree(source / spec.overlay, dest, dirs_exist_ok=True)
@@ -306,3 +312,53 @@ def scenario_trees(
     except ci.PatchRejected as exc:
         raise SourceError(f"{scenario.regression_path}: {exc}") from exc
     return python
+
+
+def build_context(source: Path, dest: Path) -> SourceSpec:
+    """A Docker build context for a fetched source's image (hack/images/source.Dockerfile)
+    at `dest`: `tree/` (the release with the deployment's overlay, as copy_healthy makes
+    it), `requirements.txt` (the pinned closure the image installs) and `dist-info/` (the
+    project's own metadata from the fetched venv: its entry points, without its code, as
+    the local venv has it). Files whose bytes did not change are left alone, so Docker's
+    layer cache holds. Raises SourceError when the source is not fetched."""
+    spec, fetched = _in_cache(source)
+    prefix = spec.name.replace("-", "_").lower() + "-"
+    found = [
+        p
+        for p in fetched.home.glob("venv/lib/python*/site-packages/*.dist-info")
+        if p.name.lower().startswith(prefix)
+    ]
+    if len(found) != 1:
+        raise SourceError(f"{spec.label}: its venv holds {len(found)} {prefix}*.dist-info")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".context-", dir=dest.parent))
+    try:
+        copy_healthy(source, staging / "tree")
+        skip = shutil.ignore_patterns("RECORD", "direct_url.json")  # the staging's paths
+        shutil.copytree(found[0], staging / "dist-info", ignore=skip)
+        shutil.copy2(source / spec.requirements, staging / "requirements.txt")
+        (staging / "sdists").write_text("".join(f"{n}\n" for n in spec.sdists))
+        _sync_tree(staging, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return spec
+
+
+def _sync_tree(src: Path, dest: Path) -> None:
+    """Make `dest` hold what `src` holds: changed or new files copied, others removed."""
+    dest.mkdir(parents=True, exist_ok=True)
+    want = {p.relative_to(src) for p in src.rglob("*")}
+    for p in sorted(dest.rglob("*"), reverse=True):
+        rel = p.relative_to(dest)
+        if rel in want and p.is_dir() == (src / rel).is_dir():
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    for rel in sorted(want):
+        s, d = src / rel, dest / rel
+        if s.is_dir():
+            d.mkdir(exist_ok=True)
+        elif not d.is_file() or d.read_bytes() != s.read_bytes():
+            shutil.copy2(s, d)
