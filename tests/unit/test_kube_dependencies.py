@@ -1,8 +1,10 @@
-"""A scenario's Redis and upstreams in a cluster (sreforge.runtime.kube.dependencies): one
-Deployment and one Service each, in the Incident's namespace and owned by it, from the
-images hack/images.sh builds, locked down like every pod the operator runs; the target's
-container is pointed at them (REDIS_URL, each upstream's url_env) and given its own
-entries back when the Incident goes."""
+"""A scenario's Redis, PostgreSQL and upstreams in a cluster
+(sreforge.runtime.kube.dependencies): one Deployment and one Service each, in the
+Incident's namespace and owned by it, from the images hack/images.sh builds, locked down
+like every pod the operator runs; the target's container is pointed at them (REDIS_URL,
+POSTGRESQL_URL, each upstream's url_env, the scenario's own env filled) and given its own
+entries back when the Incident goes; a scenario's data preparation runs once as a Job
+against the Incident's own database."""
 
 from __future__ import annotations
 
@@ -17,7 +19,10 @@ from sreforge.runtime.kube.dependencies import (
     as_entries,
     dependencies,
     env_entries,
+    needs_prepare,
+    pod_command,
     render_dependencies,
+    render_prepare_job,
     target_env,
     with_env,
 )
@@ -47,6 +52,11 @@ def test_each_scenario_gets_what_its_service_depends_on() -> None:
     assert found["configuration-retry-storm"] == [("supplier", "SUPPLIER_URL")]
     assert found["resources-unbounded-cache"] == [("supplier", "SUPPLIER_URL")]
     assert found["errors-connection-pool-leak"] == []
+    assert found["latency-kinto-credentials-cache"] == [("postgresql", "POSTGRESQL_URL")]
+    assert found["saturation-ihatemoney-sync-audit"] == [
+        ("postgresql", "POSTGRESQL_URL"),
+        ("audit", "BUDGET_AUDIT_URL"),
+    ]
     stampede, storm = "latency-cache-stampede", "configuration-retry-storm"
     assert target_env(incident(stampede), scenario(stampede)) == {
         "REDIS_URL": "redis://inc-redis.apps.svc:6379/0"
@@ -68,6 +78,7 @@ def _by_kind(objs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     [
         ("latency-cache-stampede", "redis", "reg.local/sreforge/redis:7", 6379),
         ("configuration-retry-storm", "supplier", "reg.local/sreforge/supplier:healthy", 8080),
+        ("latency-kinto-credentials-cache", "postgresql", "reg.local/sreforge/postgresql:15", 5432),
     ],
 )
 def test_rendered_objects_are_owned_locked_down_and_found_by_their_service(
@@ -114,6 +125,47 @@ def test_an_upstream_runs_its_command_with_the_scenarios_settings() -> None:
     assert env["HOST"] == "0.0.0.0"
     assert {k: env[k] for k in up.env} == up.env  # e.g. SUPPLIER_SLOW_EVERY
     assert box["readinessProbe"]["httpGet"]["path"] == up.health_path
+
+
+def test_the_scenarios_own_env_is_filled_with_the_incidents_database() -> None:
+    """KINTO_STORAGE_URL = "{postgresql_url}" names the Incident's PostgreSQL, as locally it
+    names the build's database; the command listens on the pod's address."""
+    s = scenario("latency-kinto-credentials-cache")
+    db = "postgresql://postgres@inc-postgresql.apps.svc:5432/postgres"
+    assert target_env(incident(s.name), s) == {
+        "POSTGRESQL_URL": db,
+        "KINTO_STORAGE_URL": db,
+        "KINTO_PERMISSION_URL": db,
+    }
+    assert pod_command(s.service.command)[-2:] == ["http_host=0.0.0.0", "http_port=8080"]
+    objs = _by_kind(render_dependencies(incident(s.name), s, CFG))
+    [pod] = [d["spec"]["template"]["spec"] for d in objs["Deployment"]]
+    [box] = pod["containers"]
+    # the database lives in an emptyDir: the root filesystem stays read-only
+    data = {m["mountPath"]: m["name"] for m in box["volumeMounts"]}
+    assert {v["name"] for v in pod["volumes"]} >= set(data.values())
+    assert "/var/lib/sreforge-pg" in data
+
+
+def test_the_data_is_prepared_once_by_a_job_with_the_targets_env() -> None:
+    s = scenario("latency-kinto-credentials-cache")
+    assert needs_prepare(s)
+    assert not needs_prepare(scenario("latency-cache-stampede"))  # seeded into its image
+    job = render_prepare_job(incident(s.name), s, CFG)
+    assert job["metadata"]["name"] == "inc-prepare"
+    assert job["metadata"]["namespace"] == "apps"
+    [owner] = job["metadata"]["ownerReferences"]
+    assert owner["uid"] == "u-7"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert pod["automountServiceAccountToken"] is False
+    [box] = pod["containers"]
+    assert box["image"] == "reg.local/sreforge/kinto:healthy"  # the healthy code prepares
+    assert box["workingDir"] == CFG.source_dir
+    assert box["command"] == list(s.service.prepare)
+    env = {e["name"]: e["value"] for e in box["env"]}
+    assert env["KINTO_STORAGE_URL"] == target_env(incident(s.name), s)["KINTO_STORAGE_URL"]
+    assert box["securityContext"]["readOnlyRootFilesystem"] is True
 
 
 def test_no_dependencies_no_objects() -> None:

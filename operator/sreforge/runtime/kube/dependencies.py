@@ -1,11 +1,19 @@
-"""A scenario's dependencies in a cluster: Redis (``dependencies = ["redis"]``) and the
+"""A scenario's dependencies in a cluster: Redis and PostgreSQL (``dependencies``) and the
 upstream services its service calls (``[[service.upstreams]]``), each a Deployment and a
 Service in the Incident's namespace, owned by the Incident (the garbage collector removes
 them with it), and the environment that points the target's container at them:
-``REDIS_URL`` and each upstream's ``url_env``, as the local runtime sets them.
+``REDIS_URL``, ``POSTGRESQL_URL``, each upstream's ``url_env`` and the scenario's own
+``[service] env`` with its placeholders filled, as the local runtime sets them.
+
+A scenario with a data preparation (``[service] prepare``) and PostgreSQL gets it as a Job
+(render_prepare_job) that runs the healthy image's command against the Incident's new,
+empty database once, before the target is pointed at it (locally: once per environment).
+One database serves the Incident's Submissions in turn; locally each case gets a fresh
+copy of the prepared one (runtime/postgres.py).
 
 Pure: manifests and Deployment edits as dicts. Images are hack/images.sh's:
-``<prefix>redis:7`` and ``<prefix><upstream>:healthy`` (OperatorConfig.image).
+``<prefix>redis:7``, ``<prefix>postgresql:15`` and ``<prefix><upstream>:healthy``
+(OperatorConfig.image).
 """
 
 from __future__ import annotations
@@ -32,6 +40,14 @@ from sreforge.runtime.kube.render import (
 
 REDIS_PORT = 6379
 REDIS_TAG = "7"
+POSTGRESQL_PORT = 5432
+POSTGRESQL_TAG = "15"
+POSTGRESQL_ENV = "POSTGRESQL_URL"
+POSTGRESQL_DATA = "/var/lib/sreforge-pg"  # hack/images/postgresql.Dockerfile's PGDATA parent
+PREPARE_TIMEOUT_SECONDS = 600
+#: What a pod's command and env mean by the scenario's placeholders (hack/images.sh's
+#: POD: the image's CMD is filled the same way); the URLs come from the dependencies.
+POD_PLACEHOLDERS = {"host": "0.0.0.0", "port": "8080", "data_dir": "/tmp"}
 UPSTREAM_PORT = 8080
 DEPENDENCY_UID = 10001  # the images' own non-root user (hack/images, substrate Dockerfiles)
 REDIS_ENV = "REDIS_URL"
@@ -45,7 +61,7 @@ class Dependency:
     """One dependency of an Incident: its objects' name, what it is, and where it answers."""
 
     name: str  # of its Deployment and Service
-    kind: str  # "redis" or the upstream's name
+    kind: str  # "redis", "postgresql" or the upstream's name
     env: str  # the target's environment variable that names it
     url: str
 
@@ -63,6 +79,10 @@ def dependencies(incident: dict[str, Any], scenario: Scenario) -> list[Dependenc
     if "redis" in svc.dependencies:
         obj = child_name(name, "redis")
         out.append(Dependency(obj, "redis", REDIS_ENV, f"redis://{obj}.{ns}.svc:{REDIS_PORT}/0"))
+    if "postgresql" in svc.dependencies:
+        obj = child_name(name, "postgresql")
+        url = f"postgresql://postgres@{obj}.{ns}.svc:{POSTGRESQL_PORT}/postgres"
+        out.append(Dependency(obj, "postgresql", POSTGRESQL_ENV, url))
     for up in svc.upstreams:
         obj = child_name(name, up.name)
         url = f"http://{obj}.{ns}.svc:{UPSTREAM_PORT}"
@@ -70,9 +90,33 @@ def dependencies(incident: dict[str, Any], scenario: Scenario) -> list[Dependenc
     return out
 
 
+def fill(value: str, urls: dict[str, str]) -> str:
+    """A scenario's placeholders in a pod: {host}, {port}, {data_dir} (POD_PLACEHOLDERS),
+    {redis_url} and {postgresql_url} from `urls` (REDIS_URL, POSTGRESQL_URL)."""
+    given = {
+        **POD_PLACEHOLDERS,
+        "redis_url": urls.get(REDIS_ENV, ""),
+        "postgresql_url": urls.get(POSTGRESQL_ENV, ""),
+    }
+    for key, text in given.items():
+        value = value.replace(f"{{{key}}}", text)
+    return value
+
+
+def service_env(scenario: Scenario, urls: dict[str, str]) -> dict[str, str]:
+    """The dependencies' URLs and the scenario's own `[service] env`, filled."""
+    return {**urls, **{k: fill(v, urls) for k, v in scenario.service.env.items()}}
+
+
 def target_env(incident: dict[str, Any], scenario: Scenario) -> dict[str, str]:
-    """What the target's container gets while the Incident runs: each dependency's URL."""
-    return {d.env: d.url for d in dependencies(incident, scenario)}
+    """What the target's container gets while the Incident runs: each dependency's URL and
+    the scenario's own environment (service_env)."""
+    return service_env(scenario, {d.env: d.url for d in dependencies(incident, scenario)})
+
+
+def pod_command(argv: list[str], urls: dict[str, str] | None = None) -> list[str]:
+    """The scenario's command (or prepare) as a pod runs it (fill)."""
+    return [fill(a, urls or {}) for a in argv]
 
 
 def _meta(dep: Dependency, incident: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +191,83 @@ def _redis_box(cfg: OperatorConfig) -> dict[str, Any]:
     }
 
 
+def postgresql_container(cfg: OperatorConfig) -> dict[str, Any]:
+    # the image's own command: initdb into the emptyDir at POSTGRESQL_DATA, then the server
+    return {
+        "name": "postgresql",
+        "image": cfg.image("postgresql", POSTGRESQL_TAG),
+        "ports": [{"name": "main", "containerPort": POSTGRESQL_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": POSTGRESQL_PORT}, "periodSeconds": 2},
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
+    }
+
+
+def needs_prepare(scenario: Scenario) -> bool:
+    """Whether the Incident prepares its own data: a command, and a database to fill (a
+    scenario without one prepares into its image, as substrate/catalog does)."""
+    return bool(scenario.service.prepare) and "postgresql" in scenario.service.dependencies
+
+
+def prepare_job_name(incident: str) -> str:
+    return child_name(incident, "prepare")
+
+
+def prepare_container(
+    scenario: Scenario, cfg: OperatorConfig, env: dict[str, str]
+) -> dict[str, Any]:
+    """The scenario's `prepare` in its healthy image, in the tree (cfg.source_dir), with
+    `env` (the service's), a writable /tmp (the volume `tmp`) and its log as its
+    termination message."""
+    return {
+        "name": "prepare",
+        "image": cfg.image(scenario.service.name, "healthy"),
+        "imagePullPolicy": "IfNotPresent",
+        "workingDir": cfg.source_dir,
+        "command": pod_command(scenario.service.prepare, env),
+        "env": [{"name": k, "value": v} for k, v in {"HOME": "/tmp", **env}.items()],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+
+
+def render_prepare_job(
+    incident: dict[str, Any], scenario: Scenario, cfg: OperatorConfig
+) -> dict[str, Any]:
+    """The data preparation as a Job: the scenario's `prepare` in its healthy image (the
+    tree in cfg.source_dir), with the target's environment, against the Incident's own
+    database. Owned by the Incident; the harness's (its failure is a harness fault)."""
+    env = target_env(incident, scenario)
+    name = incident["metadata"]["name"]
+    labels = {**MANAGED, INCIDENT_LABEL: name, ROLE_LABEL: "prepare"}
+    box = prepare_container(scenario, cfg, env)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": prepare_job_name(name),
+            "namespace": incident["metadata"]["namespace"],
+            "labels": labels,
+            "ownerReferences": [owner_reference(incident)],
+        },
+        "spec": {
+            "backoffLimit": 1,
+            "activeDeadlineSeconds": PREPARE_TIMEOUT_SECONDS,
+            "template": {
+                "metadata": {"labels": {**labels, SCENARIO_LABEL: incident["spec"]["scenario"]}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": pod_security(),
+                    "containers": [box],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+                },
+            },
+        },
+    }
+
+
 def upstream_container(up: UpstreamSpec, cfg: OperatorConfig) -> dict[str, Any]:
     """An upstream's container: its healthy image, its command, its scenario's env."""
     env = {"HOST": "0.0.0.0", "PORT": str(UPSTREAM_PORT), "DATA_DIR": "/tmp", **up.env}
@@ -176,6 +297,10 @@ def render_dependencies(
             out.append(_deployment(dep, incident, _redis_box(cfg), {}))
             out.append(_service(dep, incident, REDIS_PORT))
             continue
+        if dep.kind == "postgresql":
+            out.append(_with_data(_deployment(dep, incident, postgresql_container(cfg), {})))
+            out.append(_service(dep, incident, POSTGRESQL_PORT))
+            continue
         scrape = {
             "prometheus.io/scrape": "true",
             "prometheus.io/port": str(UPSTREAM_PORT),
@@ -184,6 +309,14 @@ def render_dependencies(
         out.append(_deployment(dep, incident, upstream_container(ups[dep.kind], cfg), scrape))
         out.append(_service(dep, incident, UPSTREAM_PORT))
     return out
+
+
+def _with_data(deployment: dict[str, Any]) -> dict[str, Any]:
+    """PostgreSQL's data directory: an emptyDir (the database starts empty, as locally)."""
+    spec = deployment["spec"]["template"]["spec"]
+    spec["volumes"].append({"name": "data", "emptyDir": {"sizeLimit": "2Gi"}})
+    spec["containers"][0]["volumeMounts"].append({"name": "data", "mountPath": POSTGRESQL_DATA})
+    return deployment
 
 
 def env_entries(deployment: dict[str, Any], service: str, names: list[str]) -> dict[str, EnvEntry]:

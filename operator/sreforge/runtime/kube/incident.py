@@ -35,9 +35,12 @@ from sreforge.runtime.kube.config import (
     effective_verify,
 )
 from sreforge.runtime.kube.dependencies import (
+    PREPARE_TIMEOUT_SECONDS,
     as_entries,
     env_entries,
+    needs_prepare,
     render_dependencies,
+    render_prepare_job,
     target_env,
     with_env,
 )
@@ -405,8 +408,9 @@ class IncidentRun:
         return loop.Injected(t=time.time())
 
     def _start_dependencies(self) -> None:
-        """The scenario's Redis and upstreams in the Incident's namespace (owned by it), up
-        before the target is pointed at them; one that cannot start is a harness fault."""
+        """The scenario's Redis, PostgreSQL and upstreams in the Incident's namespace (owned
+        by it), up before the target is pointed at them, and its data prepared there; one
+        that cannot start, or a preparation that fails, is a harness fault."""
         objs = render_dependencies(self.incident, self.scenario, self.cfg)
         for obj in objs:
             self.kube.create(obj)
@@ -418,6 +422,22 @@ class IncidentRun:
                     self.scenario.service.deploy_timeout_seconds,
                     self._stop,
                 )
+        if not needs_prepare(self.scenario):
+            return
+        job = render_prepare_job(self.incident, self.scenario, self.cfg)
+        name = job["metadata"]["name"]
+        self.kube.create(job)  # a resumed run finds it (done, or still running)
+        self.log.info(f"preparing the data: Job {self.ns}/{name}")
+        ok, details = self.kube.wait_job(self.ns, name, PREPARE_TIMEOUT_SECONDS + 60, self._stop)
+        if not ok:
+            said = "; ".join(
+                f"{c['name']} exited {c['exitCode']} ({c['reason']}): {c['message'][-300:]}"
+                for c in details.get("containers") or []
+            )
+            raise KubeError(
+                f"the data preparation (Job {self.ns}/{name}, the scenario's prepare) failed: "
+                f"{said or details.get('jobReason') or 'no detail'}"
+            )
 
     def _confined(self, dep: dict[str, Any]) -> dict[str, Any]:
         """The pod template under the Incident's ServiceAccount, no token unless asked."""

@@ -21,7 +21,18 @@ from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VE
 from sreforge.api.scenario import Scenario, UpstreamSpec
 from sreforge.runtime.kube.client import Kube
 from sreforge.runtime.kube.config import OperatorConfig
-from sreforge.runtime.kube.dependencies import UPSTREAM_PORT, upstream_container
+from sreforge.runtime.kube.dependencies import (
+    POSTGRESQL_DATA,
+    POSTGRESQL_ENV,
+    POSTGRESQL_PORT,
+    UPSTREAM_PORT,
+    needs_prepare,
+    pod_command,
+    postgresql_container,
+    prepare_container,
+    service_env,
+    upstream_container,
+)
 from sreforge.runtime.kube.render import container_security, pod_security
 
 SERVICE_PORT = 8080
@@ -32,19 +43,30 @@ RUNTIME = "on Kubernetes (operator, real pods)"
 
 def healthy_target(scenario: Scenario, ns: str, cfg: OperatorConfig) -> list[dict[str, Any]]:
     """The scenario's service, healthy, as a user deploys it: a Deployment (scraped,
-    readiness on its health path, hardened, an emptyDir /tmp) and a Service of its name."""
+    readiness on its health path, hardened, an emptyDir /tmp) and a Service of its name.
+    A service on PostgreSQL gets the user's own database, prepared once by a Job (a seed
+    need not be idempotent), before the Deployment; a fetched third-party service, the
+    scenario's command. In creation order: validate_scenario waits for each Deployment's
+    rollout and each Job's completion before the next object."""
     svc = scenario.service
     labels = {"app": svc.name}
-    # the user's own upstreams (the Incident points the service at its own while it runs)
+    # the user's own upstreams and database (the Incident points the service at its own)
     upstreams = [obj for up in svc.upstreams for obj in _user_upstream(up, ns, cfg)]
-    env = [
-        {"name": up.url_env, "value": f"http://{up.name}.{ns}.svc:{UPSTREAM_PORT}"}
-        for up in svc.upstreams
-    ]
+    urls = {up.url_env: f"http://{up.name}.{ns}.svc:{UPSTREAM_PORT}" for up in svc.upstreams}
+    if "postgresql" in svc.dependencies:
+        db = f"{svc.name}-postgresql"
+        upstreams += _user_postgresql(db, ns, cfg)
+        urls[POSTGRESQL_ENV] = f"postgresql://postgres@{db}.{ns}.svc:{POSTGRESQL_PORT}/postgres"
+    values = service_env(scenario, urls)
+    env = [{"name": k, "value": v} for k, v in values.items()]
+    if needs_prepare(scenario):
+        upstreams.append(_user_prepare(scenario, ns, cfg, values))
+    fetched = (scenario.source_path(scenario.directory.parents[1]) / "source.toml").is_file()
     box = {
         "name": svc.name,
         "image": cfg.image(svc.name, "healthy"),
         "imagePullPolicy": "IfNotPresent",
+        **({"command": pod_command(svc.command, values)} if fetched else {}),
         "ports": [{"name": "http", "containerPort": SERVICE_PORT}],
         "readinessProbe": {
             "httpGet": {"path": svc.health_path, "port": "http"},
@@ -90,18 +112,60 @@ def healthy_target(scenario: Scenario, ns: str, cfg: OperatorConfig) -> list[dic
     return [*upstreams, deployment, service]
 
 
-def _user_upstream(up: UpstreamSpec, ns: str, cfg: OperatorConfig) -> list[dict[str, Any]]:
-    labels = {"app": up.name}
+def _user_prepare(
+    scenario: Scenario, ns: str, cfg: OperatorConfig, env: dict[str, str]
+) -> dict[str, Any]:
+    """The user's data preparation: the scenario's prepare, once, as a Job."""
+    box = prepare_container(scenario, cfg, env)
+    svc = scenario.service
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{svc.name}-prepare", "namespace": ns},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": pod_security(),
+                    "containers": [box],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                }
+            },
+        },
+    }
+
+
+def _user_postgresql(name: str, ns: str, cfg: OperatorConfig) -> list[dict[str, Any]]:
+    """The user's own PostgreSQL (the operator's recipe for an Incident's), empty at start."""
     box = {
-        **upstream_container(up, cfg),
+        **postgresql_container(cfg),
+        "imagePullPolicy": "IfNotPresent",
+        "volumeMounts": [{"name": "data", "mountPath": POSTGRESQL_DATA}],
+    }
+    return _user_workload(name, ns, box, POSTGRESQL_PORT, ["data"])
+
+
+def _user_upstream(up: UpstreamSpec, ns: str, cfg: OperatorConfig) -> list[dict[str, Any]]:
+    return _user_workload(up.name, ns, upstream_container(up, cfg), UPSTREAM_PORT)
+
+
+def _user_workload(
+    name: str, ns: str, box: dict[str, Any], port: int, volumes: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """A Deployment of one hardened container (an emptyDir /tmp and `volumes`) and its
+    Service on `port`, labelled `app: <name>`."""
+    labels = {"app": name}
+    box = {
+        **box,
         "securityContext": container_security(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *box.get("volumeMounts", [])],
     }
     return [
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": up.name, "namespace": ns, "labels": labels},
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
             "spec": {
                 "replicas": 1,
                 "selector": {"matchLabels": labels},
@@ -110,7 +174,7 @@ def _user_upstream(up: UpstreamSpec, ns: str, cfg: OperatorConfig) -> list[dict[
                     "spec": {
                         "securityContext": pod_security(),
                         "containers": [box],
-                        "volumes": [{"name": "tmp", "emptyDir": {}}],
+                        "volumes": [{"name": v, "emptyDir": {}} for v in ["tmp", *(volumes or [])]],
                     },
                 },
             },
@@ -118,10 +182,10 @@ def _user_upstream(up: UpstreamSpec, ns: str, cfg: OperatorConfig) -> list[dict[
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": up.name, "namespace": ns},
+            "metadata": {"name": name, "namespace": ns},
             "spec": {
                 "selector": labels,
-                "ports": [{"name": "http", "port": UPSTREAM_PORT, "targetPort": UPSTREAM_PORT}],
+                "ports": [{"name": "main", "port": port, "targetPort": port}],
             },
         },
     ]
@@ -233,12 +297,14 @@ def validate_scenario(
     the first fix, and return their rows (catalogue.row) once the operator graded them."""
     cluster = Cluster(kube)
     cluster.create_namespace(ns)
-    objs = healthy_target(scenario, ns, cfg)
-    for obj in objs:
+    for obj in healthy_target(scenario, ns, cfg):
         kube.create(obj)
-    for obj in objs:
         if obj["kind"] == "Deployment":
             kube.wait_rollout(ns, obj["metadata"]["name"], 180, threading.Event())
+        if obj["kind"] == "Job":
+            ok, details = kube.wait_job(ns, obj["metadata"]["name"], 600, threading.Event())
+            if not ok:
+                raise RuntimeError(f"Job {ns}/{obj['metadata']['name']} failed: {details}")
     t0 = time.monotonic()
     cluster.create_incident(incident_body(scenario, ns, prometheus_url, sustain_seconds))
     say(f"{scenario.name}: Incident created in {ns}")
