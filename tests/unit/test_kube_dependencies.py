@@ -17,10 +17,12 @@ import pytest
 from sreforge.runtime.kube.config import INCIDENT_LABEL, SCENARIO_LABEL, OperatorConfig
 from sreforge.runtime.kube.dependencies import (
     as_entries,
+    case_database,
     dependencies,
     env_entries,
     needs_prepare,
     pod_command,
+    render_case_database_job,
     render_dependencies,
     render_prepare_job,
     target_env,
@@ -131,7 +133,7 @@ def test_the_scenarios_own_env_is_filled_with_the_incidents_database() -> None:
     """KINTO_STORAGE_URL = "{postgresql_url}" names the Incident's PostgreSQL, as locally it
     names the build's database; the command listens on the pod's address."""
     s = scenario("latency-kinto-credentials-cache")
-    db = "postgresql://postgres@inc-postgresql.apps.svc:5432/postgres"
+    db = "postgresql://postgres@inc-postgresql.apps.svc:5432/case0"  # the first case's
     assert target_env(incident(s.name), s) == {
         "POSTGRESQL_URL": db,
         "KINTO_STORAGE_URL": db,
@@ -159,13 +161,33 @@ def test_the_data_is_prepared_once_by_a_job_with_the_targets_env() -> None:
     pod = job["spec"]["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     assert pod["automountServiceAccountToken"] is False
+    # first the `prepared` database is made (or found: a resumed operator runs it again)...
+    [make] = pod["initContainers"]
+    assert make["image"] == "reg.local/sreforge/postgresql:15"
+    script = make["command"][-1]
+    assert "createdb -h inc-postgresql.apps.svc -U postgres prepared" in script
+    assert script.index("datname = 'prepared'") < script.index("||")
+    # ...then the healthy code fills it, told so by the env it would serve with
     [box] = pod["containers"]
-    assert box["image"] == "reg.local/sreforge/kinto:healthy"  # the healthy code prepares
+    assert box["image"] == "reg.local/sreforge/kinto:healthy"
     assert box["workingDir"] == CFG.source_dir
     assert box["command"] == list(s.service.prepare)
     env = {e["name"]: e["value"] for e in box["env"]}
-    assert env["KINTO_STORAGE_URL"] == target_env(incident(s.name), s)["KINTO_STORAGE_URL"]
-    assert box["securityContext"]["readOnlyRootFilesystem"] is True
+    assert env["KINTO_STORAGE_URL"].endswith("inc-postgresql.apps.svc:5432/prepared")
+    for c in (make, box):
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_every_case_gets_its_own_database_cloned_from_the_prepared_one() -> None:
+    """As locally (runtime/postgres.py): nothing a graded case wrote reaches the next."""
+    s = scenario("errors-kinto-pool-shedding")
+    inc = incident(s.name)
+    urls = {target_env(inc, s, case_database(n))["KINTO_STORAGE_URL"] for n in range(3)}
+    assert len(urls) == 3
+    job = render_case_database_job(inc, CFG, 2)
+    assert job["metadata"]["name"] == "inc-db-2"
+    [box] = job["spec"]["template"]["spec"]["containers"]
+    assert "createdb -h inc-postgresql.apps.svc -U postgres -T prepared case2" in box["command"][-1]
 
 
 def test_no_dependencies_no_objects() -> None:

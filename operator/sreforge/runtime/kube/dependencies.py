@@ -5,11 +5,13 @@ them with it), and the environment that points the target's container at them:
 ``REDIS_URL``, ``POSTGRESQL_URL``, each upstream's ``url_env`` and the scenario's own
 ``[service] env`` with its placeholders filled, as the local runtime sets them.
 
-A scenario with a data preparation (``[service] prepare``) and PostgreSQL gets it as a Job
-(render_prepare_job) that runs the healthy image's command against the Incident's new,
-empty database once, before the target is pointed at it (locally: once per environment).
-One database serves the Incident's Submissions in turn; locally each case gets a fresh
-copy of the prepared one (runtime/postgres.py).
+PostgreSQL's state per case is the local runtime's (runtime/postgres.py): a Job
+(render_prepare_job) creates the database ``prepared`` and runs the scenario's
+``prepare``, if any, into it with the healthy image, once; every case then gets a
+database of its own cloned from it (``CREATE DATABASE case<n> TEMPLATE prepared``, a Job
+of render_case_database_job) before its baseline is rolled out, and the patched build of
+that case uses the same one; so nothing a graded case wrote (a migration, an index)
+reaches the next. Redis, as before, is not emptied between cases on a cluster.
 
 Pure: manifests and Deployment edits as dicts. Images are hack/images.sh's:
 ``<prefix>redis:7``, ``<prefix>postgresql:15`` and ``<prefix><upstream>:healthy``
@@ -44,6 +46,8 @@ POSTGRESQL_PORT = 5432
 POSTGRESQL_TAG = "15"
 POSTGRESQL_ENV = "POSTGRESQL_URL"
 POSTGRESQL_DATA = "/var/lib/sreforge-pg"  # hack/images/postgresql.Dockerfile's PGDATA parent
+POSTGRESQL_BIN = "/usr/local/lib/pgbin"  # the image's server and client programs
+PREPARED_DATABASE = "prepared"  # what every case's database is cloned from
 PREPARE_TIMEOUT_SECONDS = 600
 #: What a pod's command and env mean by the scenario's placeholders (hack/images.sh's
 #: POD: the image's CMD is filled the same way); the URLs come from the dependencies.
@@ -70,8 +74,16 @@ def _role(kind: str) -> str:
     return f"dependency-{kind}"
 
 
-def dependencies(incident: dict[str, Any], scenario: Scenario) -> list[Dependency]:
-    """The scenario's dependencies for this Incident (in its namespace), in start order."""
+def case_database(case: int) -> str:
+    """The database of the Incident's case `case` (0: the first baseline's)."""
+    return f"case{case}"
+
+
+def dependencies(
+    incident: dict[str, Any], scenario: Scenario, database: str = case_database(0)
+) -> list[Dependency]:
+    """The scenario's dependencies for this Incident (in its namespace), in start order;
+    PostgreSQL's URL names `database`."""
     name = incident["metadata"]["name"]
     ns = incident["metadata"]["namespace"]
     svc = scenario.service
@@ -81,7 +93,7 @@ def dependencies(incident: dict[str, Any], scenario: Scenario) -> list[Dependenc
         out.append(Dependency(obj, "redis", REDIS_ENV, f"redis://{obj}.{ns}.svc:{REDIS_PORT}/0"))
     if "postgresql" in svc.dependencies:
         obj = child_name(name, "postgresql")
-        url = f"postgresql://postgres@{obj}.{ns}.svc:{POSTGRESQL_PORT}/postgres"
+        url = f"postgresql://postgres@{obj}.{ns}.svc:{POSTGRESQL_PORT}/{database}"
         out.append(Dependency(obj, "postgresql", POSTGRESQL_ENV, url))
     for up in svc.upstreams:
         obj = child_name(name, up.name)
@@ -108,10 +120,13 @@ def service_env(scenario: Scenario, urls: dict[str, str]) -> dict[str, str]:
     return {**urls, **{k: fill(v, urls) for k, v in scenario.service.env.items()}}
 
 
-def target_env(incident: dict[str, Any], scenario: Scenario) -> dict[str, str]:
+def target_env(
+    incident: dict[str, Any], scenario: Scenario, database: str = case_database(0)
+) -> dict[str, str]:
     """What the target's container gets while the Incident runs: each dependency's URL and
-    the scenario's own environment (service_env)."""
-    return service_env(scenario, {d.env: d.url for d in dependencies(incident, scenario)})
+    the scenario's own environment (service_env); PostgreSQL's names `database`."""
+    deps = dependencies(incident, scenario, database)
+    return service_env(scenario, {d.env: d.url for d in deps})
 
 
 def pod_command(argv: list[str], urls: dict[str, str] | None = None) -> list[str]:
@@ -203,9 +218,10 @@ def postgresql_container(cfg: OperatorConfig) -> dict[str, Any]:
 
 
 def needs_prepare(scenario: Scenario) -> bool:
-    """Whether the Incident prepares its own data: a command, and a database to fill (a
-    scenario without one prepares into its image, as substrate/catalog does)."""
-    return bool(scenario.service.prepare) and "postgresql" in scenario.service.dependencies
+    """Whether the Incident prepares its own data: a database (its `prepared` one, filled
+    by the scenario's prepare if it has one; a scenario without a database prepares into
+    its image, as substrate/catalog does)."""
+    return "postgresql" in scenario.service.dependencies
 
 
 def prepare_job_name(incident: str) -> str:
@@ -231,21 +247,54 @@ def prepare_container(
     }
 
 
-def render_prepare_job(
-    incident: dict[str, Any], scenario: Scenario, cfg: OperatorConfig
+def case_database_job_name(incident: str, case: int) -> str:
+    return child_name(incident, "db", str(case))
+
+
+def _createdb(
+    cfg: OperatorConfig, host: str, database: str, template: str | None
 ) -> dict[str, Any]:
-    """The data preparation as a Job: the scenario's `prepare` in its healthy image (the
-    tree in cfg.source_dir), with the target's environment, against the Incident's own
-    database. Owned by the Incident; the harness's (its failure is a harness fault)."""
-    env = target_env(incident, scenario)
-    name = incident["metadata"]["name"]
-    labels = {**MANAGED, INCIDENT_LABEL: name, ROLE_LABEL: "prepare"}
-    box = prepare_container(scenario, cfg, env)
+    """A container of the PostgreSQL image that creates `database` (from `template`) on
+    `host`, or finds it made already (a resumed operator runs it again)."""
+    args = f"-h {host} -U postgres"
+    clone = f" -T {template}" if template else ""
+    exists = (
+        f"{POSTGRESQL_BIN}/psql {args} -d postgres -tAc "
+        f"\"select 1 from pg_database where datname = '{database}'\" | grep -qx 1"
+    )
+    return {
+        "name": f"createdb-{database}",
+        "image": cfg.image("postgresql", POSTGRESQL_TAG),
+        "imagePullPolicy": "IfNotPresent",
+        "command": [
+            "sh",
+            "-c",
+            f"{exists} || {POSTGRESQL_BIN}/createdb {args}{clone} {database}",
+        ],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+
+
+def _postgresql_host(incident: dict[str, Any]) -> str:
+    ns = incident["metadata"]["namespace"]
+    return f"{child_name(incident['metadata']['name'], 'postgresql')}.{ns}.svc"
+
+
+def _harness_job(
+    incident: dict[str, Any],
+    name: str,
+    role: str,
+    containers: list[dict[str, Any]],
+    init: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    labels = {**MANAGED, INCIDENT_LABEL: incident["metadata"]["name"], ROLE_LABEL: role}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": prepare_job_name(name),
+            "name": name,
             "namespace": incident["metadata"]["namespace"],
             "labels": labels,
             "ownerReferences": [owner_reference(incident)],
@@ -260,12 +309,40 @@ def render_prepare_job(
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "securityContext": pod_security(),
-                    "containers": [box],
+                    **({"initContainers": init} if init else {}),
+                    "containers": containers,
                     "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
                 },
             },
         },
     }
+
+
+def render_prepare_job(
+    incident: dict[str, Any], scenario: Scenario, cfg: OperatorConfig
+) -> dict[str, Any]:
+    """The data preparation as a Job: the `prepared` database created, then the scenario's
+    `prepare` (if any) in its healthy image (the tree in cfg.source_dir) with the target's
+    environment naming it. Owned by the Incident; the harness's (its failure is a harness
+    fault)."""
+    make = _createdb(cfg, _postgresql_host(incident), PREPARED_DATABASE, None)
+    name = prepare_job_name(incident["metadata"]["name"])
+    if not scenario.service.prepare:
+        return _harness_job(incident, name, "prepare", [make])
+    env = target_env(incident, scenario, PREPARED_DATABASE)
+    return _harness_job(
+        incident, name, "prepare", [prepare_container(scenario, cfg, env)], init=[make]
+    )
+
+
+def render_case_database_job(
+    incident: dict[str, Any], cfg: OperatorConfig, case: int
+) -> dict[str, Any]:
+    """The Job that gives case `case` its database, cloned from the prepared one."""
+    name = case_database_job_name(incident["metadata"]["name"], case)
+    host = _postgresql_host(incident)
+    box = _createdb(cfg, host, case_database(case), PREPARED_DATABASE)
+    return _harness_job(incident, name, "database", [box])
 
 
 def upstream_container(up: UpstreamSpec, cfg: OperatorConfig) -> dict[str, Any]:

@@ -36,9 +36,12 @@ from sreforge.runtime.kube.config import (
 )
 from sreforge.runtime.kube.dependencies import (
     PREPARE_TIMEOUT_SECONDS,
+    EnvEntry,
     as_entries,
+    case_database,
     env_entries,
     needs_prepare,
+    render_case_database_job,
     render_dependencies,
     render_prepare_job,
     target_env,
@@ -111,7 +114,8 @@ class IncidentRun:
         self.target = self.spec.target_deployment or self.scenario.service.name
         # what the target's pods carry while the Incident runs (render.overlay_template)
         self._labels = {"incident": self.name, "scenario": self.spec.scenario}
-        # ... and what its container gets: the URLs of the Incident's own dependencies
+        # ... and what its container gets: the URLs of the Incident's own dependencies (the
+        # names; the values of a case: _case_env)
         self._dep_env = as_entries(target_env(incident, self.scenario))
         self._target = (self.target_ns, self.target)
         url = self.spec.prometheus_url or cfg.prometheus_url
@@ -378,6 +382,7 @@ class IncidentRun:
             self._persist()
         url = self.kube.service_url(self.target_ns, self.target)  # fail before changing anything
         self._start_dependencies()
+        env = self._case_env(0)
 
         def swap(d: dict[str, Any]) -> dict[str, Any]:
             out = self._confined(
@@ -385,7 +390,7 @@ class IncidentRun:
                     d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
                 )
             )
-            return with_env(out, svc, self._dep_env)
+            return with_env(out, svc, env)
 
         self.kube.mutate_deployment(self.target_ns, self.target, swap)
         failpoint.reached("applied:inject")
@@ -424,10 +429,17 @@ class IncidentRun:
                 )
         if not needs_prepare(self.scenario):
             return
-        job = render_prepare_job(self.incident, self.scenario, self.cfg)
+        self._run_harness_job(
+            render_prepare_job(self.incident, self.scenario, self.cfg),
+            "the data preparation (the scenario's prepare)",
+        )
+
+    def _run_harness_job(self, job: dict[str, Any], what: str) -> None:
+        """Create a Job of the harness's (or find it, resumed) and wait until it succeeds;
+        its failure is a harness fault naming it and its containers' log tails."""
         name = job["metadata"]["name"]
-        self.kube.create(job)  # a resumed run finds it (done, or still running)
-        self.log.info(f"preparing the data: Job {self.ns}/{name}")
+        self.kube.create(job)
+        self.log.info(f"{what}: Job {self.ns}/{name}")
         ok, details = self.kube.wait_job(self.ns, name, PREPARE_TIMEOUT_SECONDS + 60, self._stop)
         if not ok:
             said = "; ".join(
@@ -435,9 +447,20 @@ class IncidentRun:
                 for c in details.get("containers") or []
             )
             raise KubeError(
-                f"the data preparation (Job {self.ns}/{name}, the scenario's prepare) failed: "
+                f"{what} (Job {self.ns}/{name}) failed: "
                 f"{said or details.get('jobReason') or 'no detail'}"
             )
+
+    def _case_env(self, case: int) -> dict[str, EnvEntry]:
+        """The target's environment for case `case` (0: the first baseline; a Submission's
+        patched build shares its case's): with PostgreSQL, a database of its own cloned from
+        the prepared one, made first, so nothing an earlier case wrote reaches it."""
+        if "postgresql" in self.scenario.service.dependencies:
+            self._run_harness_job(
+                render_case_database_job(self.incident, self.cfg, case),
+                f"case {case}'s database",
+            )
+        return as_entries(target_env(self.incident, self.scenario, case_database(case)))
 
     def _confined(self, dep: dict[str, Any]) -> dict[str, Any]:
         """The pod template under the Incident's ServiceAccount, no token unless asked."""
@@ -537,6 +560,8 @@ class IncidentRun:
                 patch_configmap(cm, self.target_ns, vetted.text, vetted.files, None, "service")
             )
 
+        env = self._case_env(max(self.p.state.graded - 1, 0))  # the baseline's, made already
+
         def overlay(d: dict[str, Any]) -> dict[str, Any]:
             out = self._confined(
                 overlay_template(
@@ -550,7 +575,7 @@ class IncidentRun:
                     **self._labels,
                 )
             )
-            return with_env(out, svc, self._dep_env)
+            return with_env(out, svc, env)
 
         main = target_container(self.kube.get_deployment(self.target_ns, self.target), svc)
         try:
@@ -636,6 +661,7 @@ class IncidentRun:
             return  # nothing was changed
 
         self.p.rolled_out = None  # verified: no longer compared
+        env = self._case_env(self.p.state.graded)  # the next case starts from fresh data
 
         def base(d: dict[str, Any]) -> dict[str, Any]:
             out = self._confined(
@@ -643,7 +669,7 @@ class IncidentRun:
                     d, svc, self.cfg, None, self.p.baseline_workdir, None, [], **self._labels
                 )
             )
-            return with_env(out, svc, self._dep_env)
+            return with_env(out, svc, env)
 
         dep = self.kube.get_deployment(self.target_ns, self.target)
         if base(dep)["spec"] != dep["spec"]:
