@@ -169,6 +169,20 @@ class Telemetry:
             success_ratio=success,
         )
 
+    def schedules_started(self) -> bool | None:
+        """Whether the load and the prober have started their schedules (they learn their
+        known answers first: see sreforge.load.generator); None if unreadable."""
+        found = []
+        for job, prefix in ((LOAD_JOB, "sreforge_load"), (PROBE_JOB, "sreforge_probe")):
+            if job == PROBE_JOB and not self.probed:
+                continue
+            series = self._select(f"{prefix}_scheduled_iterations_total", f'job="{job}"')
+            try:
+                found.append(self._scalar(f"sum({series})"))
+            except _ERRORS:
+                return None
+        return all(v is not None and v > 0 for v in found)
+
     def sample(self, now: float | None = None) -> AlertSample:
         t = time.time() if now is None else now
         alerts = self._alerts()

@@ -144,6 +144,14 @@ def test_scraper_labels_are_parsed_or_refused_by_name() -> None:
         OperatorConfig.from_env({"SREFORGE_SCRAPER_POD_LABELS": "a"})
 
 
+def test_the_learning_wait_is_a_number_of_seconds_or_refused_by_name() -> None:
+    assert OperatorConfig.from_env({}).learn_wait_seconds == 50.0  # 20 s to learn, scrapes
+    assert OperatorConfig.from_env({"SREFORGE_LEARN_WAIT_SECONDS": "0"}).learn_wait_seconds == 0
+    for bad in ("soon", "-1", "601"):
+        with pytest.raises(ValueError, match=f"SREFORGE_LEARN_WAIT_SECONDS='{bad}'"):
+            OperatorConfig.from_env({"SREFORGE_LEARN_WAIT_SECONDS": bad})
+
+
 def test_the_runner_image_is_set_apart_from_the_operators() -> None:
     cfg = OperatorConfig.from_env(
         {"SREFORGE_OPERATOR_IMAGE": "op:1", "SREFORGE_RUNNER_IMAGE": "runner:1"}

@@ -128,6 +128,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         op = Operator(cp.kubeconfig, work / "operator.log")
         metrics_port = free_port()
         op.extra_env["SREFORGE_METRICS_PORT"] = str(metrics_port)
+        # kwok runs no load: no known answers are ever learned, nothing to wait for
+        op.extra_env["SREFORGE_LEARN_WAIT_SECONDS"] = "0"
         op.start()
         try:
             yield {

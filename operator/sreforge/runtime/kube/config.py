@@ -26,6 +26,10 @@ Configuration (environment of the operator):
                                k=v[,k=v] of those pods (default: any pod there)
     SREFORGE_SOURCE_DIR        where a service image holds its source tree (default "/app")
     SREFORGE_PROMETHEUS_URL    Prometheus to read when an Incident sets no prometheusURL
+    SREFORGE_LEARN_WAIT_SECONDS
+                               how long an injection waits for the load and the prober to
+                               learn their known answers from the healthy build (default
+                               50: the generator's 20 s and scrapes); 0: no wait
     SREFORGE_SOAK_SECRET       the secret each Incident's soak key is derived from (the chart
                                keeps one in a Secret); unset: a random one per operator
                                process, so a restarted operator draws new soak lengths
@@ -45,6 +49,7 @@ from typing import Any
 
 from sreforge.api.resources import IncidentSpec
 from sreforge.api.scenario import LoadProfile, Scenario, VerifySpec
+from sreforge.load.generator import LEARN_SECONDS
 from sreforge.scenarios import load_scenario
 
 REPO_SCENARIOS = Path(__file__).resolve().parents[4] / "scenarios"
@@ -102,6 +107,23 @@ def _labels(var: str, value: str) -> dict[str, str]:
     return out
 
 
+#: The generator's own learning limit (sreforge.load.generator.LEARN_SECONDS) and a scrape
+#: or two: how long an injection waits by default for the known answers to be learned.
+DEFAULT_LEARN_WAIT_SECONDS = LEARN_SECONDS + 30.0
+
+
+def _seconds(var: str, value: str | None) -> float:
+    if value is None or value == "":
+        return DEFAULT_LEARN_WAIT_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{var}={value!r}: not a number of seconds") from None
+    if not 0 <= seconds <= 600:
+        raise ValueError(f"{var}={value!r}: must be between 0 and 600 seconds")
+    return seconds
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     scenarios_dir: Path = field(default_factory=default_scenarios_dir)
@@ -118,6 +140,8 @@ class OperatorConfig:
     scraper_namespace: str | None = None
     scraper_labels: dict[str, str] = field(default_factory=dict)
     mcp_url: str | None = None  # the operator's MCP endpoint, as agents reach it
+    # how long an injection waits for the load's and prober's known answers (incident.py)
+    learn_wait_seconds: float = DEFAULT_LEARN_WAIT_SECONDS
 
     @property
     def runner(self) -> str:
@@ -142,6 +166,9 @@ class OperatorConfig:
                 "SREFORGE_SCRAPER_POD_LABELS", e.get("SREFORGE_SCRAPER_POD_LABELS") or ""
             ),
             mcp_url=(e.get("SREFORGE_MCP_URL") or "").rstrip("/") or None,
+            learn_wait_seconds=_seconds(
+                "SREFORGE_LEARN_WAIT_SECONDS", e.get("SREFORGE_LEARN_WAIT_SECONDS")
+            ),
         )
 
     def image(self, service: str, variant: str) -> str:

@@ -392,11 +392,19 @@ class IncidentRun:
             )
             return with_env(out, svc, env)
 
-        self.kube.mutate_deployment(self.target_ns, self.target, swap)
-        failpoint.reached("applied:inject")
-        self.kube.wait_rollout(
-            self.target_ns, self.target, self.scenario.service.deploy_timeout_seconds, self._stop
-        )
+        def healthy(d: dict[str, Any]) -> dict[str, Any]:
+            out = swap(d)
+            for box in out["spec"]["template"]["spec"]["containers"]:
+                if box["name"] == target_container(out, svc)["name"]:
+                    box["image"] = self.p.baseline_image
+            return out
+
+        # The user's own (healthy) build first, on the Incident's data: the load and the
+        # prober learn their known answers from it, as locally; a regression that changes
+        # the answers (a lost page size) would otherwise be learned as the truth.
+        timeout = self.scenario.service.deploy_timeout_seconds
+        self.kube.mutate_deployment(self.target_ns, self.target, healthy)
+        self.kube.wait_rollout(self.target_ns, self.target, timeout, self._stop)
         profile = effective_load(self.scenario, self.spec)
         for obj in render_load(
             self.incident,
@@ -407,10 +415,29 @@ class IncidentRun:
             prometheus_url=self.prometheus_url,
         ):
             self.kube.create(obj)
-        timeout = self.scenario.service.deploy_timeout_seconds
         if not self.kube.wait_started(self.ns, load_job_name(self.name), timeout, self._stop):
             self.log.warning(f"the load Job's pod has not started within {timeout}s")
+        self._await_learning()
+        self.kube.mutate_deployment(self.target_ns, self.target, swap)
+        failpoint.reached("applied:inject")
+        self.kube.wait_rollout(self.target_ns, self.target, timeout, self._stop)
         return loop.Injected(t=time.time())
+
+    def _await_learning(self) -> None:
+        """Wait until the load and the prober run their schedules: they have learned their
+        known answers (from the healthy build). Past the wait the run goes on
+        with what they learned, and says so (cfg.learn_wait_seconds)."""
+        assert self.telemetry is not None  # _await_prerequisites
+        wait = self.cfg.learn_wait_seconds
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if self.telemetry.schedules_started():
+                return
+            time.sleep(1.0)
+        self.log.warning(
+            f"the load and the prober had not started their schedules {wait:.0f}s "
+            "after their pods: injecting the regression anyway"
+        )
 
     def _start_dependencies(self) -> None:
         """The scenario's Redis, PostgreSQL and upstreams in the Incident's namespace (owned
