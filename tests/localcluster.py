@@ -416,6 +416,9 @@ class LocalCluster:
         if stale is None:
             return None
         stopped = self.claim.stop_leftovers(stale)
+        pods = _kill_orphan_pods()
+        if pods:
+            stopped.append(f"{pods} pod process(es) and their shims")
         dead = LocalCluster(self.bin_dir, Path(stale["work_dir"]), log=self.log, claim=self.claim)
         dead._cleanup_host()
         self.claim.release()
@@ -901,6 +904,32 @@ def _ctr_list(what: str) -> list[str]:
         "ctr", "-a", str(CONTAINERD_SOCK), "-n", "k8s.io", what, "ls", "-q", check=False, timeout=10
     )
     return res.stdout.split() if res.returncode == 0 else []
+
+
+def _kill_orphan_pods() -> int:
+    """The pods of a killed run outlive its containerd: each container's runc shim is
+    reparented to init and keeps it running. Kill every process in the kubelet's pod
+    cgroups (``kubepods`` in the v1 pids hierarchy), then the k8s.io shims of this
+    cluster's containerd socket, by PID; returns how many pod processes there were."""
+    top = Path("/sys/fs/cgroup/pids/kubepods")
+    pids: set[int] = set()
+    for procs in top.rglob("cgroup.procs") if top.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            pids |= {int(line) for line in procs.read_text().split()}
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        shim = argv and argv[0].endswith(b"containerd-shim-runc-v2")
+        if shim and b"k8s.io" in argv and str(CONTAINERD_SOCK).encode() in argv:
+            _kill(int(entry.name))
+    return len(pids)
 
 
 def _remove_cgroups(name: str) -> None:
