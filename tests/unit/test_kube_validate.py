@@ -70,9 +70,17 @@ def test_a_graded_submission_becomes_a_row() -> None:
     passed = {"passed": True, "score": 0.97, "reason": "Passed", "signals": {}}
     row = catalogue.row(fix, validate.record_of(passed, None), 90.0)
     assert (row["got"], row["mismatch"], row["fireSeconds"]) == ("pass", None, None)
-    # a fix the operator failed is a mismatch
-    row = catalogue.row(fix, validate.record_of(status, None), 90.0)
+    # a fix the operator failed is a mismatch, which says what the verdict says
+    said = "page-severity alert KintoLatencyHigh fired after the redeploy"
+    failed = {
+        **status,
+        "ciFeedback": "CI green: build and tests passed\n....... [ 36%]",
+        "conditions": [{"type": "Verified", "status": "False", "message": said}],
+    }
+    row = catalogue.row(fix, validate.record_of(failed, None), 90.0)
     assert row["mismatch"]
+    assert said in row["mismatch"]
+    assert "[ 36%]" not in row["mismatch"]
 
 
 def test_rows_go_to_a_section_named_by_the_runtime(tmp_path: Path) -> None:

@@ -232,10 +232,18 @@ def record_of(status: dict[str, Any], fired_seconds: float | None) -> dict[str, 
         "passed": bool(status.get("passed")),
         "reason": status.get("reason"),
         "score": status.get("score"),
-        "message": (status.get("ciFeedback") or "")[:200],
+        "message": _verdict_message(status)[:200],
         "failingSignals": failing,
         "timestamps": stamps,
     }
+
+
+def _verdict_message(status: dict[str, Any]) -> str:
+    """What the verdict says (its Verified condition's message), else the CI's feedback."""
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Verified" and c.get("message"):
+            return str(c["message"])
+    return str(status.get("ciFeedback") or "")
 
 
 def kube_cases(scenario: Scenario) -> list[catalogue.Case]:
