@@ -394,8 +394,9 @@ class IncidentRun:
 
         def healthy(d: dict[str, Any]) -> dict[str, Any]:
             out = swap(d)
+            main = target_container(out, svc)["name"]
             for box in out["spec"]["template"]["spec"]["containers"]:
-                if box["name"] == target_container(out, svc)["name"]:
+                if box["name"] == main:
                     box["image"] = self.p.baseline_image
             return out
 

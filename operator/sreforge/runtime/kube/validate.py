@@ -26,7 +26,6 @@ from sreforge.runtime.kube.dependencies import (
     POSTGRESQL_ENV,
     POSTGRESQL_PORT,
     UPSTREAM_PORT,
-    needs_prepare,
     pod_command,
     postgresql_container,
     prepare_container,
@@ -59,7 +58,7 @@ def healthy_target(scenario: Scenario, ns: str, cfg: OperatorConfig) -> list[dic
         urls[POSTGRESQL_ENV] = f"postgresql://postgres@{db}.{ns}.svc:{POSTGRESQL_PORT}/postgres"
     values = service_env(scenario, urls)
     env = [{"name": k, "value": v} for k, v in values.items()]
-    if needs_prepare(scenario):
+    if svc.prepare and "postgresql" in svc.dependencies:  # else: nothing to run
         upstreams.append(_user_prepare(scenario, ns, cfg, values))
     fetched = (scenario.source_path(scenario.directory.parents[1]) / "source.toml").is_file()
     box = {
