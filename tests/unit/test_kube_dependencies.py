@@ -20,9 +20,10 @@ from sreforge.runtime.kube.dependencies import (
     case_database,
     dependencies,
     env_entries,
+    needs_case_state,
     needs_prepare,
     pod_command,
-    render_case_database_job,
+    render_case_state_job,
     render_dependencies,
     render_prepare_job,
     target_env,
@@ -184,10 +185,36 @@ def test_every_case_gets_its_own_database_cloned_from_the_prepared_one() -> None
     inc = incident(s.name)
     urls = {target_env(inc, s, case_database(n))["KINTO_STORAGE_URL"] for n in range(3)}
     assert len(urls) == 3
-    job = render_case_database_job(inc, CFG, 2)
-    assert job["metadata"]["name"] == "inc-db-2"
+    job = render_case_state_job(inc, s, CFG, 2)
+    assert job["metadata"]["name"] == "inc-state-2"
     [box] = job["spec"]["template"]["spec"]["containers"]
     assert "createdb -h inc-postgresql.apps.svc -U postgres -T prepared case2" in box["command"][-1]
+
+
+def test_every_case_starts_on_an_empty_redis() -> None:
+    """As locally (Environment.fresh_state): a page a fixed build cached in Redis never
+    answers for the next case's regressed build; the Job fails unless Redis says OK."""
+    s = scenario("latency-cache-stampede")
+    job = render_case_state_job(incident(s.name), s, CFG, 1)
+    assert job["metadata"]["name"] == "inc-state-1"
+    assert job["spec"]["backoffLimit"] == 1
+    [box] = job["spec"]["template"]["spec"]["containers"]
+    assert box["image"] == "reg.local/sreforge/redis:7"
+    assert box["command"][-1] == 'test "$(redis-cli -h inc-redis.apps.svc -p 6379 FLUSHALL)" = OK'
+    assert box["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_only_a_scenario_with_state_gets_a_job_per_case() -> None:
+    names = [p.parent.name for p in sorted((REPO / "scenarios").glob("*/scenario.toml"))]
+    with_state = {n for n in names if needs_case_state(scenario(n))}
+    assert "latency-cache-stampede" in with_state  # Redis
+    assert "latency-kinto-credentials-cache" in with_state  # PostgreSQL
+    assert "errors-connection-pool-leak" not in with_state  # neither
+    for n in with_state:
+        s = scenario(n)
+        kinds = {d.kind for d in dependencies(incident(n), s)} & {"redis", "postgresql"}
+        boxes = render_case_state_job(incident(n), s, CFG, 0)["spec"]["template"]["spec"]
+        assert len(boxes["containers"]) == len(kinds), n
 
 
 def test_no_dependencies_no_objects() -> None:

@@ -8,10 +8,12 @@ them with it), and the environment that points the target's container at them:
 PostgreSQL's state per case is the local runtime's (runtime/postgres.py): a Job
 (render_prepare_job) creates the database ``prepared`` and runs the scenario's
 ``prepare``, if any, into it with the healthy image, once; every case then gets a
-database of its own cloned from it (``CREATE DATABASE case<n> TEMPLATE prepared``, a Job
-of render_case_database_job) before its baseline is rolled out, and the patched build of
-that case uses the same one; so nothing a graded case wrote (a migration, an index)
-reaches the next. Redis, as before, is not emptied between cases on a cluster.
+database of its own cloned from it (``CREATE DATABASE case<n> TEMPLATE prepared``) before
+its baseline is rolled out, and the patched build of that case uses the same one; so
+nothing a graded case wrote (a migration, an index) reaches the next. Redis is emptied
+(FLUSHALL) at the same point, as the local runtime's fresh_state does: a page a fixed
+build cached never answers for the next case's regressed one. Both are one Job per case
+(render_case_state_job), made once: the patched build finds it done.
 
 Pure: manifests and Deployment edits as dicts. Images are hack/images.sh's:
 ``<prefix>redis:7``, ``<prefix>postgresql:15`` and ``<prefix><upstream>:healthy``
@@ -247,8 +249,13 @@ def prepare_container(
     }
 
 
-def case_database_job_name(incident: str, case: int) -> str:
-    return child_name(incident, "db", str(case))
+def case_state_job_name(incident: str, case: int) -> str:
+    return child_name(incident, "state", str(case))
+
+
+def needs_case_state(scenario: Scenario) -> bool:
+    """Whether each case needs its fresh state made first (render_case_state_job)."""
+    return bool({"postgresql", "redis"} & set(scenario.service.dependencies))
 
 
 def _createdb(
@@ -335,14 +342,41 @@ def render_prepare_job(
     )
 
 
-def render_case_database_job(
-    incident: dict[str, Any], cfg: OperatorConfig, case: int
+def _flushall(cfg: OperatorConfig, host: str) -> dict[str, Any]:
+    """A container of the Redis image that empties the Incident's Redis (redis-cli says
+    OK; anything else fails the Job)."""
+    return {
+        "name": "redis-flushall",
+        "image": cfg.image("redis", REDIS_TAG),
+        "imagePullPolicy": "IfNotPresent",
+        "command": [
+            "sh",
+            "-c",
+            f'test "$(redis-cli -h {host} -p {REDIS_PORT} FLUSHALL)" = OK',
+        ],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+
+
+def render_case_state_job(
+    incident: dict[str, Any], scenario: Scenario, cfg: OperatorConfig, case: int
 ) -> dict[str, Any]:
-    """The Job that gives case `case` its database, cloned from the prepared one."""
-    name = case_database_job_name(incident["metadata"]["name"], case)
-    host = _postgresql_host(incident)
-    box = _createdb(cfg, host, case_database(case), PREPARED_DATABASE)
-    return _harness_job(incident, name, "database", [box])
+    """The Job that gives case `case` fresh state: its database cloned from the prepared
+    one, and Redis emptied, whichever of the two the scenario depends on
+    (needs_case_state)."""
+    name = case_state_job_name(incident["metadata"]["name"], case)
+    ns = incident["metadata"]["namespace"]
+    boxes = []
+    for dep in dependencies(incident, scenario):
+        if dep.kind == "postgresql":
+            boxes.append(
+                _createdb(cfg, _postgresql_host(incident), case_database(case), PREPARED_DATABASE)
+            )
+        elif dep.kind == "redis":
+            boxes.append(_flushall(cfg, f"{dep.name}.{ns}.svc"))
+    return _harness_job(incident, name, "case-state", boxes)
 
 
 def upstream_container(up: UpstreamSpec, cfg: OperatorConfig) -> dict[str, Any]:

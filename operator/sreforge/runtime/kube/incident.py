@@ -40,8 +40,9 @@ from sreforge.runtime.kube.dependencies import (
     as_entries,
     case_database,
     env_entries,
+    needs_case_state,
     needs_prepare,
-    render_case_database_job,
+    render_case_state_job,
     render_dependencies,
     render_prepare_job,
     target_env,
@@ -481,12 +482,13 @@ class IncidentRun:
 
     def _case_env(self, case: int) -> dict[str, EnvEntry]:
         """The target's environment for case `case` (0: the first baseline; a Submission's
-        patched build shares its case's): with PostgreSQL, a database of its own cloned from
-        the prepared one, made first, so nothing an earlier case wrote reaches it."""
-        if "postgresql" in self.scenario.service.dependencies:
+        patched build shares its case's), its fresh state made first: with PostgreSQL, a
+        database of its own cloned from the prepared one; with Redis, Redis emptied; so
+        nothing an earlier case wrote or cached reaches it (render_case_state_job)."""
+        if needs_case_state(self.scenario):
             self._run_harness_job(
-                render_case_database_job(self.incident, self.cfg, case),
-                f"case {case}'s database",
+                render_case_state_job(self.incident, self.scenario, self.cfg, case),
+                f"case {case}'s fresh state",
             )
         return as_entries(target_env(self.incident, self.scenario, case_database(case)))
 
