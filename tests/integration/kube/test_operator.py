@@ -711,15 +711,9 @@ def test_fire_timeout_finishes_and_refuses_late_submissions(env: dict[str, Any])
     submit(env, "sub-b-late", "inc-b", "")
     c = wait_cond(env, "submissions", "sub-b-late", "Accepted")
     assert (c["status"], c["reason"]) == ("False", "IncidentFinished"), c
-    # the load stopped with the run
-    wait_for(
-        "the load Job to be deleted",
-        lambda: (
-            not env["batch"]
-            .list_namespaced_job(NS, label_selector="sreforge.dev/incident=inc-b")
-            .items
-        ),
-    )
+    # the load stopped with the run (the case's finished fresh-state Job stays, owned by
+    # the Incident, until it is deleted)
+    wait_for("the load Job to be deleted", lambda: not load_jobs(env, "inc-b"))
 
 
 def test_killed_operator_resumes_the_same_run(env: dict[str, Any]) -> None:
@@ -929,7 +923,8 @@ def wait_reason(
 
 
 def load_jobs(env: dict[str, Any], incident: str) -> list[Any]:
-    sel = f"sreforge.dev/incident={incident}"
+    """The Incident's load and prober Jobs."""
+    sel = f"sreforge.dev/incident={incident},sreforge.dev/role in (load,probe)"
     return list(env["batch"].list_namespaced_job(NS, label_selector=sel).items)
 
 
