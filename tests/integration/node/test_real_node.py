@@ -195,6 +195,27 @@ def demo(
         print(f"--- operator log\n{logs.stdout}{logs.stderr}")
 
 
+@pytest.fixture(autouse=True)
+def own_namespaces(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The namespaces a test creates are deleted when it ends: an Incident left waiting for
+    a Submission keeps its load (and the regressed build it saturates) running, and took
+    the node's CPU from every test after it."""
+    if "demo" not in request.fixturenames:
+        yield
+        return
+    cluster: LocalCluster = request.getfixturevalue("demo")
+    before = set(namespaces(cluster))
+    yield
+    mine = sorted(set(namespaces(cluster)) - before - {DEMO_NS, SYSTEM_NS})
+    if mine:
+        cluster.kubectl("delete", "namespace", *mine, "--wait=false", check=False)
+
+
+def namespaces(cluster: LocalCluster) -> list[str]:
+    out = cluster.kubectl("get", "namespaces", "-o", "name", check=False).stdout
+    return [line.removeprefix("namespace/") for line in out.split()]
+
+
 def incident(cluster: LocalCluster, ns: str = DEMO_NS, name: str = INCIDENT) -> dict[str, Any]:
     return kubectl_json(cluster, "get", "incident", "-n", ns, name)  # type: ignore[no-any-return]
 
