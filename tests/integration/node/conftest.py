@@ -50,8 +50,9 @@ def _stop_running() -> None:
         _RUNNING.pop().stop()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    users = [i.nodeid for i in items if "local_cluster" in getattr(i, "fixturenames", ())]
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # after deselection (-m, -k): the last test that will run, not the last collected
+    users = [i.nodeid for i in session.items if "local_cluster" in getattr(i, "fixturenames", ())]
     _LAST_USER[:] = users[-1:]
 
 
