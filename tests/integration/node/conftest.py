@@ -40,7 +40,7 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         _stop_running()
 
 
-# The running cluster (at most one), and the id of the last collected test that uses it.
+# The running cluster (at most one), and the id of the last selected test that uses it.
 _RUNNING: list[LocalCluster] = []
 _LAST_USER: list[str] = []
 

@@ -269,15 +269,18 @@ def _createdb(
         f"{POSTGRESQL_BIN}/psql {args} -d postgres -tAc "
         f"\"select 1 from pg_database where datname = '{database}'\" | grep -qx 1"
     )
+    script = f"{exists} || {POSTGRESQL_BIN}/createdb {args}{clone} {database}"
+    return _shell_box(f"createdb-{database}", cfg.image("postgresql", POSTGRESQL_TAG), script)
+
+
+def _shell_box(name: str, image: str, script: str) -> dict[str, Any]:
+    """A harness Job's container running `script` with sh in `image`, locked down, its
+    log as its termination message."""
     return {
-        "name": f"createdb-{database}",
-        "image": cfg.image("postgresql", POSTGRESQL_TAG),
+        "name": name,
+        "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "command": [
-            "sh",
-            "-c",
-            f"{exists} || {POSTGRESQL_BIN}/createdb {args}{clone} {database}",
-        ],
+        "command": ["sh", "-c", script],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": container_security(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
@@ -345,19 +348,8 @@ def render_prepare_job(
 def _flushall(cfg: OperatorConfig, host: str) -> dict[str, Any]:
     """A container of the Redis image that empties the Incident's Redis (redis-cli says
     OK; anything else fails the Job)."""
-    return {
-        "name": "redis-flushall",
-        "image": cfg.image("redis", REDIS_TAG),
-        "imagePullPolicy": "IfNotPresent",
-        "command": [
-            "sh",
-            "-c",
-            f'test "$(redis-cli -h {host} -p {REDIS_PORT} FLUSHALL)" = OK',
-        ],
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": container_security(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-    }
+    script = f'test "$(redis-cli -h {host} -p {REDIS_PORT} FLUSHALL)" = OK'
+    return _shell_box("redis-flushall", cfg.image("redis", REDIS_TAG), script)
 
 
 def render_case_state_job(
@@ -370,12 +362,11 @@ def render_case_state_job(
     ns = incident["metadata"]["namespace"]
     boxes = []
     for dep in dependencies(incident, scenario):
+        host = f"{dep.name}.{ns}.svc"
         if dep.kind == "postgresql":
-            boxes.append(
-                _createdb(cfg, _postgresql_host(incident), case_database(case), PREPARED_DATABASE)
-            )
+            boxes.append(_createdb(cfg, host, case_database(case), PREPARED_DATABASE))
         elif dep.kind == "redis":
-            boxes.append(_flushall(cfg, f"{dep.name}.{ns}.svc"))
+            boxes.append(_flushall(cfg, host))
     return _harness_job(incident, name, "case-state", boxes)
 
 
