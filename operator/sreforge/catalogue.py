@@ -129,6 +129,7 @@ def row(case: Case, record: dict[str, Any], seconds: float) -> dict[str, Any]:
         "fireSeconds": fire,
         "redeployed": stamps.get("redeployed") is not None,
         "controlFired": control.get("targetFired") if case.control else None,
+        "controlP95": control.get("p95ByRoute") if case.control else None,
         # the soak drawn for the case (published with its verdict; none if not rolled out)
         "soakSeconds": (record.get("soak") or {}).get("seconds"),
         "seconds": round(seconds, 1),
@@ -155,6 +156,7 @@ def error_row(case: Case, message: str, seconds: float) -> dict[str, Any]:
         "fireSeconds": None,
         "redeployed": False,
         "controlFired": None,
+        "controlP95": None,
         "soakSeconds": None,
         "seconds": round(seconds, 1),
         "mismatch": message,
@@ -198,9 +200,11 @@ or the restore before a later case) to the target alert firing; *control fired* 
 the target alert fired on the healthy build under the same load during the control window
 (it must not; the control window lasts as long as a fix is held, the window plus the
 soak's upper bound, and no page may fire and the healthy build may not restart either);
-*soak (s)* is the length of the hidden soak after the window drawn for the case (published
-with its verdict; a decoy that fails earlier is not held to all of it); *run (s)* is the
-case's own time (the first case's includes the setup);
+under the table, the healthy build's highest p95 per route in the control window, the
+load's and the prober's, shows how far below each latency page it sat (a quiet control is
+no proof of headroom); *soak (s)* is the length of the hidden soak after the window drawn
+for the case (published with its verdict; a decoy that fails earlier is not held to all
+of it); *run (s)* is the case's own time (the first case's includes the setup);
 *failing signals* are those that earned less than full credit (time_to_clear is partial on
 every clear that is not instant, so a passing fix lists it too).
 Each scenario's section is rewritten by `sreforge scenarios validate NAME --markdown
@@ -222,10 +226,31 @@ def section(
     ]
     for r in rows:
         lines.append("| " + " | ".join(_cell(key, r[key]) for key, _ in COLUMNS) + " |")
+    headroom = next((r["controlP95"] for r in rows if r.get("controlP95")), None)
+    if headroom:
+        lines += ["", headroom_line(headroom)]
     if bad:
         lines += ["", "Mismatches:", ""]
         lines += [f"- {r['patch']}: {r['mismatch']}" for r in bad]
     return "\n".join(lines)
+
+
+def headroom_line(p95: dict[str, dict[str, float]]) -> str:
+    """The healthy build's highest p95 per route in the control window, the load's and the
+    prober's: how far below each latency page it sat (a quiet control proves no headroom)."""
+    load, probe = p95.get("load") or {}, p95.get("probe") or {}
+
+    def cell(v: float | None) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    parts = [
+        f"{route} {cell(load.get(route))} / {cell(probe.get(route))}"
+        for route in sorted({*load, *probe})
+    ]
+    return (
+        "Healthy build in the control window, highest p95 per route in seconds (the load's "
+        f"10 s windows / the prober's 15 s ones): {'; '.join(parts) or 'none readable'}."
+    )
 
 
 def when() -> str:

@@ -143,6 +143,30 @@ class Telemetry:
             return ProbeStats(success_ratio=None)
         return ProbeStats(success_ratio=min(1.0, ok / done))
 
+    def p95_by_route(self, seconds: float) -> dict[str, dict[str, float]]:
+        """The highest p95 latency per route over the last `seconds`, of the load (its 10 s
+        windows) and of the prober (its 15 s ones), as the latency rules compute it:
+        {"load": {route: s}, "probe": {route: s}}. A control window's figures show how far
+        the healthy build sits below each latency page. Empty where unreadable."""
+        out: dict[str, dict[str, float]] = {}
+        span = f"{max(1, round(seconds))}s"
+        for key, job, prefix, window in (
+            ("load", LOAD_JOB, "sreforge_load", WINDOW),
+            ("probe", PROBE_JOB, "sreforge_probe", PROBE_WINDOW),
+        ):
+            buckets = self._select(f"{prefix}_request_duration_seconds_bucket", f'job="{job}"')
+            quantile = f"histogram_quantile(0.95, sum by (route, le) (rate({buckets}[{window}])))"
+            try:
+                result = self._prom.custom_query(f"max_over_time(({quantile})[{span}:1s])")
+            except _ERRORS:
+                result = []
+            out[key] = {
+                str(r["metric"].get("route", "")): round(float(r["value"][1]), 3)
+                for r in result
+                if r["value"][1] not in ("NaN", "+Inf")
+            }
+        return out
+
     def load(self) -> LoadStats | None:
         """The load generator's delivered load over the last window, from its own metrics."""
         j = f'job="{LOAD_JOB}"'

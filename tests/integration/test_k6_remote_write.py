@@ -105,9 +105,15 @@ def test_k6_series_fire_and_clear_the_scenarios_alerts(prometheus: PrometheusSer
         assert load.dropped_ratio == 0
         assert load.success_ratio is not None
         assert 0.85 <= load.success_ratio <= 0.95, load
+        # the highest p95 per route, as a control window keeps it: every answer took 0.4 s,
+        # so the quantile lies in the (0.3, 0.4] bucket
+        p95 = ours.p95_by_route(10)
+        assert set(p95["load"]) == {"product"}, p95
+        assert 0.3 < p95["load"]["product"] <= 0.4, p95
         # another Incident on the same Prometheus sees neither the alerts nor the load
         assert theirs.alerts() == (frozenset(), frozenset())
         assert theirs.load() is None
+        assert theirs.p95_by_route(10) == {"load": {}, "probe": {}}
 
         standin.latency, standin.invalid = 0.02, 0.0
 

@@ -131,6 +131,28 @@ def test_markdown_sections_per_scenario_keep_the_others(tmp_path: Path) -> None:
     assert md.read_text().count("## latency-cache-stampede") == 1
 
 
+def test_the_control_windows_p95_per_route_is_printed_under_the_table(tmp_path: Path) -> None:
+    cs = catalogue.cases(STAMPEDE)
+    control = {
+        "seconds": 480,
+        "targetFired": False,
+        "p95ByRoute": {"load": {"product": 0.048, "search": 0.21}, "probe": {"product": 0.05}},
+    }
+    first = catalogue.row(cs[0], {"passed": True, "reason": "Passed", "control": control}, 1.0)
+    # only the case that ran the control carries it
+    later = catalogue.row(cs[1], {"passed": True, "reason": "Passed", "control": control}, 1.0)
+    assert first["controlP95"] == control["p95ByRoute"]
+    assert later["controlP95"] is None
+    md = tmp_path / "SCENARIOS.md"
+    catalogue.write_markdown(md, [first, later], "cmd", "now")
+    line = next(x for x in md.read_text().splitlines() if x.startswith("Healthy build"))
+    assert line.endswith("product 0.048 / 0.050; search 0.210 / -.")
+    # an older record without the figures writes the table alone
+    old = {**first, "controlP95": None}
+    catalogue.write_markdown(md, [old], "cmd", "now")
+    assert "Healthy build" not in md.read_text()
+
+
 CATALOGUE = discover(ROOT / "scenarios")
 
 

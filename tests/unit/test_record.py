@@ -275,7 +275,15 @@ def test_the_control_window_and_a_fault_are_recorded() -> None:
         scenario=ScenarioRecord.model_validate(old["scenario"]),
         submission=SubmissionRecord(kind="agent", source="agents/a.py", sandboxed=True),
         target_rate=50,
-        control=ControlRecord(seconds=20, target_fired=False, pages_fired=[], restarts=0),
+        control=ControlRecord.model_validate(
+            {
+                "seconds": 20,
+                "targetFired": False,
+                "pagesFired": [],
+                "restarts": 0,
+                "p95ByRoute": {"load": {"product": 0.048}, "probe": {}},
+            }
+        ),
         recorded_at=_epoch(old["timestamps"]["recorded"]),
     )
     wire = json.loads(record.to_json())
@@ -284,6 +292,7 @@ def test_the_control_window_and_a_fault_are_recorded() -> None:
         "targetFired": False,
         "pagesFired": [],
         "restarts": 0,
+        "p95ByRoute": {"load": {"product": 0.048}, "probe": {}},
     }
     assert wire["fault"] == "prometheus went away"
     assert wire["submission"]["kind"] == "agent"

@@ -202,6 +202,9 @@ class ControlRecord(_Part):
     # record from before they were watched)
     pages_fired: list[str] | None = None
     restarts: int | None = None
+    # the healthy build's highest p95 per route in the window, {"load"|"probe": {route: s}}:
+    # how far below each latency page it sat (None: a record from before it was kept)
+    p95_by_route: dict[str, dict[str, float]] | None = None
 
 
 class SessionRecord(_Part):

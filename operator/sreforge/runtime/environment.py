@@ -592,7 +592,8 @@ class LocalEnvironment:
 
     def _control_window(self) -> None:
         """Observe the healthy build under the same load for as long as a fix is held: the
-        target alert and every page must stay quiet, and the build must not restart."""
+        target alert and every page must stay quiet, and the build must not restart. Its
+        highest p95 per route is kept with the verdict."""
         assert self.telemetry is not None
         target = self.scenario.target_alert
         self.say(f"control: healthy build under load for {self.control_seconds}s")
@@ -611,6 +612,9 @@ class LocalEnvironment:
             "targetFired": fired,
             "pagesFired": sorted(pages),
             "restarts": self.restarts - restarts_before,
+            # how far below each latency page the healthy build sat: a quiet control is
+            # no proof of headroom (SCENARIOS.md prints these under the scenario's table)
+            "p95ByRoute": self.telemetry.p95_by_route(self.control_seconds),
         }
 
     # ----- observations ------------------------------------------------------------
