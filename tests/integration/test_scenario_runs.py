@@ -185,12 +185,19 @@ def test_case(request: pytest.FixtureRequest, case: catalogue.Case) -> None:
             assert signals[name]["credit"] < 1.0
     if case.control:
         assert record["session"]["case"] == 1
-        assert record["control"] == {
+        control = dict(record["control"])
+        p95 = control.pop("p95ByRoute")
+        assert control == {
             "seconds": int(CONTROL),
             "targetFired": False,
             "pagesFired": [],
             "restarts": 0,
         }
+        # the healthy build's highest p95 per route, read back from the run's Prometheus
+        routes = {r.label for r in case.scenario.load.mix()}
+        assert p95["load"], p95
+        assert set(p95["load"]) | set(p95["probe"]) <= routes, p95
+        assert all(v > 0 for v in (*p95["load"].values(), *p95["probe"].values())), p95
     else:
         assert record["control"] is None  # the control window belongs to the first case
 
