@@ -69,6 +69,7 @@ class Dependency:
     name: str  # of its Deployment and Service
     kind: str  # "redis", "postgresql" or the upstream's name
     env: str  # the target's environment variable that names it
+    host: str  # its Service's name in the cluster's DNS
     url: str
 
 
@@ -92,15 +93,17 @@ def dependencies(
     out = []
     if "redis" in svc.dependencies:
         obj = child_name(name, "redis")
-        out.append(Dependency(obj, "redis", REDIS_ENV, f"redis://{obj}.{ns}.svc:{REDIS_PORT}/0"))
+        host = f"{obj}.{ns}.svc"
+        out.append(Dependency(obj, "redis", REDIS_ENV, host, f"redis://{host}:{REDIS_PORT}/0"))
     if "postgresql" in svc.dependencies:
         obj = child_name(name, "postgresql")
-        url = f"postgresql://postgres@{obj}.{ns}.svc:{POSTGRESQL_PORT}/{database}"
-        out.append(Dependency(obj, "postgresql", POSTGRESQL_ENV, url))
+        host = f"{obj}.{ns}.svc"
+        url = f"postgresql://postgres@{host}:{POSTGRESQL_PORT}/{database}"
+        out.append(Dependency(obj, "postgresql", POSTGRESQL_ENV, host, url))
     for up in svc.upstreams:
         obj = child_name(name, up.name)
-        url = f"http://{obj}.{ns}.svc:{UPSTREAM_PORT}"
-        out.append(Dependency(obj, up.name, up.url_env, url))
+        host = f"{obj}.{ns}.svc"
+        out.append(Dependency(obj, up.name, up.url_env, host, f"http://{host}:{UPSTREAM_PORT}"))
     return out
 
 
@@ -287,11 +290,6 @@ def _shell_box(name: str, image: str, script: str) -> dict[str, Any]:
     }
 
 
-def _postgresql_host(incident: dict[str, Any]) -> str:
-    ns = incident["metadata"]["namespace"]
-    return f"{child_name(incident['metadata']['name'], 'postgresql')}.{ns}.svc"
-
-
 def _harness_job(
     incident: dict[str, Any],
     name: str,
@@ -335,7 +333,8 @@ def render_prepare_job(
     `prepare` (if any) in its healthy image (the tree in cfg.source_dir) with the target's
     environment naming it. Owned by the Incident; the harness's (its failure is a harness
     fault)."""
-    make = _createdb(cfg, _postgresql_host(incident), PREPARED_DATABASE, None)
+    db = next(d for d in dependencies(incident, scenario) if d.kind == "postgresql")
+    make = _createdb(cfg, db.host, PREPARED_DATABASE, None)
     name = prepare_job_name(incident["metadata"]["name"])
     if not scenario.service.prepare:
         return _harness_job(incident, name, "prepare", [make])
@@ -359,14 +358,12 @@ def render_case_state_job(
     one, and Redis emptied, whichever of the two the scenario depends on
     (needs_case_state)."""
     name = case_state_job_name(incident["metadata"]["name"], case)
-    ns = incident["metadata"]["namespace"]
     boxes = []
     for dep in dependencies(incident, scenario):
-        host = f"{dep.name}.{ns}.svc"
         if dep.kind == "postgresql":
-            boxes.append(_createdb(cfg, host, case_database(case), PREPARED_DATABASE))
+            boxes.append(_createdb(cfg, dep.host, case_database(case), PREPARED_DATABASE))
         elif dep.kind == "redis":
-            boxes.append(_flushall(cfg, host))
+            boxes.append(_flushall(cfg, dep.host))
     return _harness_job(incident, name, "case-state", boxes)
 
 
