@@ -311,6 +311,38 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
     return EXIT_FAILED if mismatches else EXIT_PASSED
 
 
+def cmd_scenarios_target(args: argparse.Namespace) -> int:
+    """The scenario's service, healthy, as Kubernetes manifests on stdout: what its
+    incident.yaml expects to find before it is applied (the Deployment its
+    targetDeployment names, its Service, and the user's own database and upstreams)."""
+    import yaml  # noqa: PLC0415 (only this command writes YAML)
+
+    from sreforge.runtime.kube import validate  # noqa: PLC0415 (the kubernetes client)
+    from sreforge.runtime.kube.config import OperatorConfig  # noqa: PLC0415
+
+    try:
+        scenario = load_scenario(_resolve_scenario(args.name))
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if "kube" not in scenario.runtimes:
+        print(
+            f"error: {scenario.name}: runtimes = {list(scenario.runtimes)} in scenario.toml: "
+            "it has no images for Kubernetes",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    ns = args.namespace or validate.shipped_namespace(scenario)
+    objects = validate.healthy_target(scenario, ns, OperatorConfig.from_env())
+
+    class Plain(yaml.SafeDumper):  # the labels a Deployment repeats, written out each time
+        def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 (always)
+            return True
+
+    sys.stdout.write(yaml.dump_all(objects, Dumper=Plain, sort_keys=False))
+    return EXIT_PASSED
+
+
 def _validate_on_kube(args: argparse.Namespace, scenarios: list[Scenario]) -> int:
     """The empty patch and the first fix of each scenario, graded by the operator of the
     cluster $KUBECONFIG (or --kubeconfig) names, each scenario in a namespace of its own."""
@@ -616,6 +648,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="(--runtime kube) the Incidents' spec.prometheusURL (the chart's by default)",
     )
     val.set_defaults(func=cmd_scenarios_validate)
+
+    tg = scen_sub.add_parser(
+        "target",
+        help="the scenario's healthy service as Kubernetes manifests (what its incident.yaml "
+        "targets), for kubectl apply -f -",
+    )
+    tg.add_argument("name", help="a scenario name or directory")
+    tg.add_argument(
+        "--namespace",
+        help="the namespace of the manifests (default: the one the scenario's incident.yaml names)",
+    )
+    tg.set_defaults(func=cmd_scenarios_target)
 
     cp = sub.add_parser(
         "campaign", help="submitters x trials on warm sessions: pass@1, pass^k, 95%% intervals"

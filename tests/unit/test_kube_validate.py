@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sreforge import catalogue
+import pytest
+import yaml
+
+from sreforge import catalogue, cli
 from sreforge.runtime.kube import validate
 from sreforge.runtime.kube.config import OperatorConfig
 from sreforge.scenarios import load_scenario
@@ -95,3 +98,40 @@ def test_rows_go_to_a_section_named_by_the_runtime(tmp_path: Path) -> None:
     assert f"## {POOL.name} {validate.RUNTIME}\n" in text
     assert "Refired" in text.split(validate.RUNTIME)[1]
     assert "Refired" not in text.split(validate.RUNTIME)[0]
+
+
+ON_KUBE = sorted(
+    p.parent.name
+    for p in (REPO / "scenarios").glob("*/incident.yaml")
+    if "kube" in load_scenario(p.parent).runtimes
+)
+
+
+@pytest.mark.parametrize("name", ON_KUBE)
+def test_scenarios_target_deploys_what_the_shipped_incident_targets(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sreforge scenarios target NAME | kubectl apply -f -`, then the scenario's
+    incident.yaml as shipped: the Deployment it names, in its namespace, scraped."""
+    assert cli.main(["scenarios", "target", name]) == cli.EXIT_PASSED
+    objs = list(yaml.safe_load_all(capsys.readouterr().out))
+    shipped = (REPO / "scenarios" / name / "incident.yaml").read_text()
+    assert f"sreforge scenarios target {name} | kubectl apply -f -" in shipped  # its header
+    incident = yaml.safe_load(shipped)
+    ns = incident["metadata"]["namespace"]
+    assert {o["metadata"]["namespace"] for o in objs} == {ns}
+    deployments = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Deployment"}
+    target = deployments[incident["spec"]["targetDeployment"]]
+    pod = target["spec"]["template"]
+    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert pod["spec"]["containers"][0]["image"].endswith(":healthy")
+    # a Job before the Deployments that read its data retries while its database starts
+    for job in (o for o in objs if o["kind"] == "Job"):
+        assert job["spec"]["backoffLimit"] == validate.PREPARE_RETRIES > 0
+
+
+def test_scenarios_target_of_a_missing_scenario_is_an_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["scenarios", "target", "no-such-scenario"]) == cli.EXIT_ERROR
+    assert "no-such-scenario" in capsys.readouterr().err

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from sreforge import catalogue
 from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
 from sreforge.api.scenario import Scenario, UpstreamSpec
@@ -36,6 +38,10 @@ from sreforge.runtime.kube.render import container_security, pod_security
 
 SERVICE_PORT = 8080
 INCIDENT = "validate"
+#: Where the bundled incident.yaml files expect the service (docs/kubernetes.md).
+SHIPPED_NAMESPACE = "sreforge-demo"
+#: Retries of the user's prepare Job: its database may not listen yet when it starts.
+PREPARE_RETRIES = 4
 #: How SCENARIOS.md names the runtime of these rows (their sections' headings).
 RUNTIME = "on Kubernetes (operator, real pods)"
 
@@ -111,10 +117,23 @@ def healthy_target(scenario: Scenario, ns: str, cfg: OperatorConfig) -> list[dic
     return [*upstreams, deployment, service]
 
 
+def shipped_namespace(scenario: Scenario) -> str:
+    """The namespace the scenario's own incident.yaml names (where a user who applies it
+    as shipped has deployed the service), else SHIPPED_NAMESPACE."""
+    path = scenario.directory / "incident.yaml"
+    if not path.is_file():
+        return SHIPPED_NAMESPACE
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return str((doc.get("metadata") or {}).get("namespace") or SHIPPED_NAMESPACE)
+
+
 def _user_prepare(
     scenario: Scenario, ns: str, cfg: OperatorConfig, env: dict[str, str]
 ) -> dict[str, Any]:
-    """The user's data preparation: the scenario's prepare, once, as a Job."""
+    """The user's data preparation: the scenario's prepare, once, as a Job. Applied with
+    everything else at once (`sreforge scenarios target | kubectl apply -f -`), its first
+    pods may start before the database listens: they fail before the seed writes anything,
+    and the Job's backoff retries them."""
     box = prepare_container(scenario, cfg, env)
     svc = scenario.service
     return {
@@ -122,7 +141,7 @@ def _user_prepare(
         "kind": "Job",
         "metadata": {"name": f"{svc.name}-prepare", "namespace": ns},
         "spec": {
-            "backoffLimit": 0,
+            "backoffLimit": PREPARE_RETRIES,
             "template": {
                 "spec": {
                     "restartPolicy": "Never",
