@@ -344,8 +344,9 @@ def cmd_scenarios_target(args: argparse.Namespace) -> int:
 
 
 def _validate_on_kube(args: argparse.Namespace, scenarios: list[Scenario]) -> int:
-    """The empty patch and the first fix of each scenario, graded by the operator of the
-    cluster $KUBECONFIG (or --kubeconfig) names, each scenario in a namespace of its own."""
+    """Each scenario's cases (--fast: the empty patch and the first fix), graded by the
+    operator of the cluster $KUBECONFIG (or --kubeconfig) names, each scenario in a
+    namespace of its own."""
     from sreforge.runtime.kube import validate  # noqa: PLC0415 (the kubernetes client)
     from sreforge.runtime.kube.client import Kube  # noqa: PLC0415
     from sreforge.runtime.kube.config import OperatorConfig  # noqa: PLC0415
@@ -367,7 +368,7 @@ def _validate_on_kube(args: argparse.Namespace, scenarios: list[Scenario]) -> in
         ns = f"validate-{scenario.name}"[:63].rstrip("-")
         command = (
             f"sreforge scenarios validate {scenario.name} --runtime kube"
-            f" --sustain-seconds {args.sustain_seconds or 30}"
+            f" --sustain-seconds {args.sustain_seconds or 30}" + (" --fast" if args.fast else "")
         )
         try:
             mine = validate.validate_scenario(
@@ -377,10 +378,14 @@ def _validate_on_kube(args: argparse.Namespace, scenarios: list[Scenario]) -> in
                 args.prometheus_url,
                 ns,
                 sustain_seconds=args.sustain_seconds or 30,
+                fast=args.fast,
                 say=lambda m: print(m, file=sys.stderr, flush=True),
             )
         except Exception as exc:  # one scenario's failure is its rows' error
-            mine = [catalogue.error_row(c, str(exc), 0.0) for c in validate.kube_cases(scenario)]
+            mine = [
+                catalogue.error_row(c, str(exc), 0.0)
+                for c in validate.kube_cases(scenario, fast=args.fast)
+            ]
         for row in mine:
             print(
                 f"{row['scenario']:<32} {row['patch']:<36} {row['expected']:<8} "
@@ -639,7 +644,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--runtime",
         choices=("local", "kube"),
         default="local",
-        help="kube: the empty patch and the first fix, graded by the operator of a cluster",
+        help="kube: the cases graded by the operator of a cluster, the empty patch first, "
+        "then the decoys and the fixes (with --fast: the empty patch and the first fix)",
     )
     val.add_argument("--kubeconfig", type=Path, help="(--runtime kube) the cluster's kubeconfig")
     val.add_argument(

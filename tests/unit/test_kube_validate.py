@@ -135,3 +135,25 @@ def test_scenarios_target_of_a_missing_scenario_is_an_error(
 ) -> None:
     assert cli.main(["scenarios", "target", "no-such-scenario"]) == cli.EXIT_ERROR
     assert "no-such-scenario" in capsys.readouterr().err
+
+
+def test_every_case_is_the_empty_patch_then_the_decoys_then_every_fix() -> None:
+    cases = validate.kube_cases(POOL, fast=False)
+    assert cases[0].patch is None
+    kinds = [c.patch.parent.name for c in cases[1:] if c.patch is not None]
+    fixes = [c for c in cases if c.expected == "pass"]
+    decoys = [c for c in cases if c.patch is not None and c.expected == "fail"]
+    assert kinds == ["decoys"] * len(decoys) + ["fixes"] * len(fixes)
+    assert len(fixes) >= 2
+    assert len(decoys) >= 1
+    assert {c.label for c in cases} == {c.label for c in catalogue.cases(POOL)}
+    # a fix is graded as a fix: without the control window the local first fix carries
+    assert not any(c.control for c in cases)
+
+
+def test_an_incident_is_finished_only_in_a_terminal_phase() -> None:
+    assert validate.incident_finished({"status": {"phase": "Succeeded"}})
+    assert validate.incident_finished({"status": {"phase": "Failed"}})
+    for phase in ("AwaitingSubmission", "Verifying", None):
+        assert not validate.incident_finished({"status": {"phase": phase}})
+    assert not validate.incident_finished(None)

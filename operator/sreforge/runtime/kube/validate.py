@@ -264,13 +264,17 @@ def _verdict_message(status: dict[str, Any]) -> str:
     return str(status.get("ciFeedback") or "")
 
 
-def kube_cases(scenario: Scenario) -> list[catalogue.Case]:
-    """The empty patch, then the first fix: the Incident grades them in that order and a
-    passing fix finishes it."""
+def kube_cases(scenario: Scenario, *, fast: bool = True) -> list[catalogue.Case]:
+    """The empty patch first, then (unless `fast`) every decoy, then the first fix (fast)
+    or every fix: what fails is graded on one Incident, and a passing fix finishes it, so
+    each later case starts on an Incident of its own (validate_scenario)."""
     all_cases = catalogue.cases(scenario)
-    first_fix = next(c for c in all_cases if c.expected == "pass")
     empty = next(c for c in all_cases if c.patch is None)
-    return [empty, catalogue.Case(scenario, first_fix.patch, "pass")]
+    fixes = [catalogue.Case(scenario, c.patch, "pass") for c in all_cases if c.expected == "pass"]
+    if fast:
+        return [empty, fixes[0]]
+    decoys = [c for c in all_cases if c.expected == "fail" and c.patch is not None]
+    return [empty, *decoys, *fixes]
 
 
 class Cluster:
@@ -297,6 +301,9 @@ class Cluster:
             GROUP, VERSION, ns, SUBMISSION_PLURAL, body
         )
 
+    def delete_incident(self, ns: str, name: str) -> None:
+        self.kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, INCIDENT_PLURAL, name)
+
 
 def _wait(what: str, probe: Callable[[], Any], timeout: float, interval: float = 2.0) -> Any:
     deadline = time.monotonic() + timeout
@@ -317,10 +324,15 @@ def validate_scenario(
     ns: str,
     *,
     sustain_seconds: int | None = 30,
+    fast: bool = True,
     say: Callable[[str], None] = lambda _: None,
 ) -> list[dict[str, Any]]:
-    """Deploy the healthy service in `ns`, create the Incident, submit the empty patch and
-    the first fix, and return their rows (catalogue.row) once the operator graded them."""
+    """Deploy the healthy service in `ns`, create the Incident, submit the cases of
+    kube_cases (fast: the empty patch and the first fix) one after another, and return
+    their rows (catalogue.row) once the operator graded them. A case that finds the
+    Incident finished (a fix passed it, or a harness fault ended it) gets a new one: the
+    old one deleted (its finalizer gives the Deployment its healthy image back) and made
+    again, its alert firing again, before the Submission."""
     cluster = Cluster(kube)
     cluster.create_namespace(ns)
     for obj in healthy_target(scenario, ns, cfg):
@@ -332,29 +344,21 @@ def validate_scenario(
             if not ok:
                 raise RuntimeError(f"Job {ns}/{obj['metadata']['name']} failed: {details}")
     t0 = time.monotonic()
-    cluster.create_incident(incident_body(scenario, ns, prometheus_url, sustain_seconds))
-    say(f"{scenario.name}: Incident created in {ns}")
-
-    def phase() -> str | None:
-        inc = kube.get_incident(ns, INCIDENT) or {}
-        got = (inc.get("status") or {}).get("phase")
-        if got in ("Failed", "Succeeded"):
-            raise RuntimeError(f"Incident ended {got} before a Submission: {inc.get('status')}")
-        return got if got == "AwaitingSubmission" else None
-
-    timeout = scenario.verify.fire_timeout_seconds + 300
-    _wait(f"{scenario.name}'s alert to fire", phase, timeout)
-    state = ((kube.get_incident(ns, INCIDENT) or {}).get("status") or {}).get("loop") or {}
-    st = state.get("state") or {}
-    fired = (
-        round(st["fired_at"] - st["injected_at"], 1)
-        if st.get("fired_at") and st.get("injected_at")
-        else None
-    )
-    say(f"{scenario.name}: alert firing {fired}s after the injection")
+    body = incident_body(scenario, ns, prometheus_url, sustain_seconds)
+    fire_timeout = scenario.verify.fire_timeout_seconds + 300
+    fired = _start_incident(kube, body, fire_timeout, say)
     rows = []
-    for i, case in enumerate(kube_cases(scenario)):
-        name = f"case-{i}-{'empty' if case.patch is None else 'fix'}"
+    for i, case in enumerate(kube_cases(scenario, fast=fast)):
+        if i > 0 and _settled(kube, ns, fire_timeout) in TERMINAL:
+            say(f"{scenario.name}: the Incident finished; a new one for {case.label}")
+            cluster.delete_incident(ns, INCIDENT)
+            _wait(
+                "the finished Incident to be deleted",
+                lambda: not kube.get_incident(ns, INCIDENT),
+                300,
+            )
+            _start_incident(kube, body, fire_timeout, say)
+        name = f"case-{i}-{'empty' if case.patch is None else case.patch.stem}"[:63].rstrip("-.")
         patch = "" if case.patch is None else case.patch.read_text(encoding="utf-8")
         started = time.monotonic()
         cluster.create_submission(submission_body(ns, name, patch))
@@ -370,6 +374,54 @@ def validate_scenario(
         say(f"{scenario.name}: {case.label}: {row['got']} ({row['reason']}, {row['score']})")
         rows.append(row)
     return rows
+
+
+#: An Incident's phases once it takes no more Submissions.
+TERMINAL = ("Succeeded", "Failed")
+
+
+def incident_finished(incident: dict[str, Any] | None) -> bool:
+    """Whether the Incident takes no more Submissions (its phase is terminal)."""
+    return ((incident or {}).get("status") or {}).get("phase") in TERMINAL
+
+
+def _settled(kube: Kube, ns: str, timeout: float) -> str:
+    """The Incident's phase once the last verdict has settled: finished, or awaiting the
+    next Submission (its baseline restored, its alert firing again)."""
+
+    def phase() -> str | None:
+        got = ((kube.get_incident(ns, INCIDENT) or {}).get("status") or {}).get("phase")
+        return got if got in (*TERMINAL, "AwaitingSubmission") else None
+
+    return str(_wait("the Incident to settle after its verdict", phase, timeout))
+
+
+def _start_incident(
+    kube: Kube, body: dict[str, Any], timeout: float, say: Callable[[str], None]
+) -> float | None:
+    """Create the Incident and wait until it awaits a Submission; the seconds from its
+    injection to its alert firing, as the operator recorded them."""
+    ns, name = body["metadata"]["namespace"], body["spec"]["scenario"]
+    Cluster(kube).create_incident(body)
+    say(f"{name}: Incident created in {ns}")
+
+    def phase() -> str | None:
+        inc = kube.get_incident(ns, INCIDENT) or {}
+        got = (inc.get("status") or {}).get("phase")
+        if incident_finished(inc):
+            raise RuntimeError(f"Incident ended {got} before a Submission: {inc.get('status')}")
+        return got if got == "AwaitingSubmission" else None
+
+    _wait(f"{name}'s alert to fire", phase, timeout)
+    state = ((kube.get_incident(ns, INCIDENT) or {}).get("status") or {}).get("loop") or {}
+    st = state.get("state") or {}
+    fired = (
+        round(st["fired_at"] - st["injected_at"], 1)
+        if st.get("fired_at") and st.get("injected_at")
+        else None
+    )
+    say(f"{name}: alert firing {fired}s after the injection")
+    return fired
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]], command: str) -> None:
