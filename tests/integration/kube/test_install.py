@@ -1248,3 +1248,89 @@ def test_every_scenarios_target_and_incident_are_accepted_by_the_server(
         target = yaml.safe_load(shipped)["spec"]["targetDeployment"]
         assert f"deployment.apps/{target} serverside-applied (server dry run)" in out, out
         assert "incident.sreforge.dev/" in out, out
+
+
+# ------------------------------------------------- the operator's guarded writes
+def test_a_status_write_that_lost_a_race_is_retried_not_a_harness_fault(
+    crds: ControlPlane, custom: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kube.update_conditions patches the status with a JSON `test` of the resourceVersion
+    it read. When another writer got in between, this apiserver answers 422 with a generic
+    message and no details (it drops the failed test's text), which the operator took for
+    a real error: a validation on the real node ended a Submission Inconclusive ("harness
+    fault: (422) ... the server rejected our request"). It must read again and retry."""
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    from sreforge.runtime.kube.client import Kube  # noqa: PLC0415
+
+    body = example("incident.yaml")
+    body["metadata"]["name"] = "raced"
+    created = create(custom, "incidents", body)
+    stale_rv = created["metadata"]["resourceVersion"]
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, NS, "incidents", "raced", {"status": {"phase": "Injecting"}}
+    )
+    # what the apiserver says to a stale `test`: nothing that names the test
+    with pytest.raises(ApiException) as info:
+        custom.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            NS,
+            "incidents",
+            "raced",
+            [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": stale_rv},
+                {"op": "add", "path": "/status/phase", "value": "x"},
+            ],
+            _content_type="application/json-patch+json",
+        )
+    assert info.value.status == 422
+    assert "test operation" not in str(info.value.body)
+
+    monkeypatch.setenv("KUBECONFIG", str(crds.kubeconfig))
+    kube = Kube()
+    reads = []
+    fresh = kube.get_incident
+
+    def racing_read(ns: str, name: str) -> dict[str, Any] | None:
+        """The first read is answered, then another writer changes the status."""
+        got = fresh(ns, name)
+        reads.append(got)
+        if len(reads) == 1:
+            custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, NS, "incidents", "raced", {"status": {"alert": "Other"}}
+            )
+        return got
+
+    monkeypatch.setattr(kube, "get_incident", racing_read)
+    mine = Condition(
+        type="Injected",
+        status="True",
+        reason="Injected",
+        message="swapped in",
+        last_transition_time="2026-12-06T15:00:00Z",  # type: ignore[arg-type]
+    )
+    kube.update_conditions("incidents", NS, "raced", [mine], {"phase": "Injected"})
+    status = custom.get_namespaced_custom_object(GROUP, VERSION, NS, "incidents", "raced")["status"]
+    assert status["phase"] == "Injected"
+    assert status["alert"] == "Other"  # the other writer's field survives
+    assert [c["type"] for c in status["conditions"]] == ["Injected"]
+    assert len(reads) >= 2  # read again after the refusal
+
+
+def test_a_status_write_the_server_finds_invalid_still_raises(
+    crds: ControlPlane, custom: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 422 on an object nobody changed is the patch's own fault: raised, not retried."""
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    from sreforge.runtime.kube.client import Kube  # noqa: PLC0415
+
+    body = example("incident.yaml")
+    body["metadata"]["name"] = "invalid-write"
+    create(custom, "incidents", body)
+    monkeypatch.setenv("KUBECONFIG", str(crds.kubeconfig))
+    with pytest.raises(ApiException) as info:
+        Kube().update_conditions("incidents", NS, "invalid-write", [], {"phase": 12345})
+    assert info.value.status == 422
+    assert "phase" in str(info.value.body)

@@ -6,7 +6,7 @@ import contextlib
 import copy
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sreforge.api.resources import (
@@ -202,15 +202,22 @@ class Kube:
             except self._exc as exc:
                 if self._status(exc) == 404:
                     return  # deleted meanwhile: nothing to write to
-                if not self._conflict(exc):
+                if not self._conflict(exc, rv, lambda: getter(ns, name)):
                     raise
         raise KubeError(f"{plural} {ns}/{name}: status write conflicts did not settle")
 
-    def _conflict(self, exc: Any) -> bool:
-        """A write refused because the object changed since it was read."""
-        return self._status(exc) == 409 or (
-            self._status(exc) == 422 and "test operation" in str(getattr(exc, "body", ""))
-        )
+    def _conflict(self, exc: Any, rv: str, read: Callable[[], dict[str, Any] | None]) -> bool:
+        """A write refused because the object changed since it was read at `rv`: a 409, or
+        the 422 of a JSON patch whose `test` of the resourceVersion failed. The apiserver
+        drops that test's message (a generic "the server rejected our request due to an
+        error in our request", no details), so a 422 is a conflict exactly when the object,
+        read again, is no longer at `rv`; at `rv` still, the patch itself was invalid."""
+        if self._status(exc) == 409:
+            return True
+        if self._status(exc) != 422:
+            return False
+        now = read()
+        return now is None or (now.get("metadata") or {}).get("resourceVersion") != rv
 
     def post_event(self, body: dict[str, Any]) -> bool:
         """Create a core/v1 Event (sreforge.runtime.kube.events); best-effort: an Event that
@@ -405,19 +412,16 @@ class Kube:
         for _ in range(10):
             dep = self.get_deployment(ns, name)
             template = fn(copy.deepcopy(dep))["spec"]["template"]
+            rv = dep["metadata"]["resourceVersion"]
             ops = [
-                {
-                    "op": "test",
-                    "path": "/metadata/resourceVersion",
-                    "value": dep["metadata"]["resourceVersion"],
-                },
+                {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
                 {"op": "replace", "path": "/spec/template", "value": template},
             ]
             try:
                 self.apps.patch_namespaced_deployment(name, ns, ops)
                 return
             except self._exc as exc:
-                if not self._conflict(exc):
+                if not self._conflict(exc, rv, lambda: self.find_deployment(ns, name)):
                     raise KubeError(f"Deployment {ns}/{name}: {exc.reason}: {exc.body}") from exc
         raise KubeError(f"Deployment {ns}/{name}: write conflicts did not settle")
 
