@@ -98,6 +98,12 @@ def create(custom: Any, plural: str, body: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+def patch_incident_status(custom: Any, name: str, body: Any, **kw: Any) -> Any:
+    return custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, NS, "incidents", name, body, **kw
+    )
+
+
 def refusal(custom: Any, plural: str, body: dict[str, Any]) -> str:
     """The apiserver's message when it refuses body (fails the test if it accepts it)."""
     from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
@@ -258,13 +264,8 @@ def test_condition_status_enum_is_enforced(custom: Any) -> None:
         "lastTransitionTime": "2025-01-02T03:04:05Z",
     }
     with pytest.raises(ApiException) as info:
-        custom.patch_namespaced_custom_object_status(
-            GROUP,
-            VERSION,
-            NS,
-            "incidents",
-            created["metadata"]["name"],
-            {"status": {"conditions": [bad]}},
+        patch_incident_status(
+            custom, created["metadata"]["name"], {"status": {"conditions": [bad]}}
         )
     message = json.loads(info.value.body)["message"]
     assert 'status.conditions[0].status: Unsupported value: "Maybe"' in message, message
@@ -1267,16 +1268,11 @@ def test_a_status_write_that_lost_a_race_is_retried_not_a_harness_fault(
     body["metadata"]["name"] = "raced"
     created = create(custom, "incidents", body)
     stale_rv = created["metadata"]["resourceVersion"]
-    custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, NS, "incidents", "raced", {"status": {"phase": "Injecting"}}
-    )
+    patch_incident_status(custom, "raced", {"status": {"phase": "Injecting"}})
     # what the apiserver says to a stale `test`: nothing that names the test
     with pytest.raises(ApiException) as info:
-        custom.patch_namespaced_custom_object_status(
-            GROUP,
-            VERSION,
-            NS,
-            "incidents",
+        patch_incident_status(
+            custom,
             "raced",
             [
                 {"op": "test", "path": "/metadata/resourceVersion", "value": stale_rv},
@@ -1297,9 +1293,7 @@ def test_a_status_write_that_lost_a_race_is_retried_not_a_harness_fault(
         got = fresh(ns, name)
         reads.append(got)
         if len(reads) == 1:
-            custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, NS, "incidents", "raced", {"status": {"alert": "Other"}}
-            )
+            patch_incident_status(custom, "raced", {"status": {"alert": "Other"}})
         return got
 
     monkeypatch.setattr(kube, "get_incident", racing_read)
