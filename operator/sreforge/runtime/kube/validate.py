@@ -267,7 +267,7 @@ def _verdict_message(status: dict[str, Any]) -> str:
 def kube_cases(scenario: Scenario, *, fast: bool = True) -> list[catalogue.Case]:
     """The empty patch first, then (unless `fast`) every decoy, then the first fix (fast)
     or every fix: what fails is graded on one Incident, and a passing fix finishes it, so
-    each later case starts on an Incident of its own (validate_scenario)."""
+    the case after a fix starts on a new Incident (validate_scenario)."""
     all_cases = catalogue.cases(scenario)
     empty = next(c for c in all_cases if c.patch is None)
     fixes = [catalogue.Case(scenario, c.patch, "pass") for c in all_cases if c.expected == "pass"]
