@@ -35,6 +35,19 @@ from typing import IO, Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_COMMAND = "bash hack/k8s-tools.sh"
+
+
+def kube_scenarios() -> list[str]:
+    """The bundled scenarios that run on Kubernetes (`runtimes` in their scenario.toml)."""
+    from sreforge.scenarios import load_scenario  # noqa: PLC0415 (control-plane users need not)
+
+    return sorted(
+        p.parent.name
+        for p in (REPO_ROOT / "scenarios").glob("*/scenario.toml")
+        if "kube" in load_scenario(p.parent).runtimes
+    )
+
+
 REQUIRED_BINARIES = (
     "etcd",
     "kube-apiserver",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.kubeenv import kube_scenarios
 
 from sreforge import catalogue, cli
 from sreforge.runtime.kube import validate
@@ -100,14 +101,7 @@ def test_rows_go_to_a_section_named_by_the_runtime(tmp_path: Path) -> None:
     assert "Refired" not in text.split(validate.RUNTIME)[0]
 
 
-ON_KUBE = sorted(
-    p.parent.name
-    for p in (REPO / "scenarios").glob("*/incident.yaml")
-    if "kube" in load_scenario(p.parent).runtimes
-)
-
-
-@pytest.mark.parametrize("name", ON_KUBE)
+@pytest.mark.parametrize("name", kube_scenarios())
 def test_scenarios_target_deploys_what_the_shipped_incident_targets(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

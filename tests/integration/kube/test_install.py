@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +17,17 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.kubeenv import BUILD_COMMAND, REPO_ROOT, ControlPlane, find_tools_bin, wait_for
+from tests.kubeenv import (
+    BUILD_COMMAND,
+    REPO_ROOT,
+    ControlPlane,
+    find_tools_bin,
+    kube_scenarios,
+    wait_for,
+)
 from tests.scenario_rules import write_relabelled_test
 
+from sreforge import cli
 from sreforge.api.resources import (
     API_VERSION,
     GROUP,
@@ -1221,31 +1228,17 @@ def test_an_incident_is_refused_unless_its_creator_may_patch_the_target(
     crds.kubectl("delete", "-f", "-", input_text=policy)
 
 
-ON_KUBE = sorted(
-    p.parent.name
-    for p in (REPO_ROOT / "scenarios").glob("*/incident.yaml")
-    if "kube" in load_scenario(p.parent).runtimes
-)
-
-
 def test_every_scenarios_target_and_incident_are_accepted_by_the_server(
-    crds: ControlPlane,
+    crds: ControlPlane, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """What docs/kubernetes.md has a user apply for a bundled scenario: `sreforge scenarios
     target NAME | kubectl apply -f -`, then its incident.yaml as shipped; the server takes
     both (a server-side dry run: its schemas, defaults and validation)."""
     crds.kubectl("create", "namespace", "sreforge-demo", check=False)
-    for name in ON_KUBE:
-        res = subprocess.run(
-            [sys.executable, "-m", "sreforge.cli", "scenarios", "target", name],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert res.returncode == 0, (name, res.stderr)
+    for name in kube_scenarios():
+        assert cli.main(["scenarios", "target", name]) == cli.EXIT_PASSED, name
         shipped = (REPO_ROOT / "scenarios" / name / "incident.yaml").read_text()
-        out = _dry_run(crds, res.stdout + "---\n" + shipped)
+        out = _dry_run(crds, capsys.readouterr().out + "---\n" + shipped)
         target = yaml.safe_load(shipped)["spec"]["targetDeployment"]
         assert f"deployment.apps/{target} serverside-applied (server dry run)" in out, out
         assert "incident.sreforge.dev/" in out, out

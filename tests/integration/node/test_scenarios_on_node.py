@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.node.test_real_node import SYSTEM_NS, helm_install
-from tests.kubeenv import REPO_ROOT
+from tests.kubeenv import REPO_ROOT, kube_scenarios
 from tests.localcluster import LocalCluster
 
 from sreforge.runtime.kube import validate
@@ -28,11 +28,7 @@ from sreforge.scenarios import load_scenario
 
 pytestmark = [pytest.mark.kube, pytest.mark.graded, pytest.mark.slow]
 
-ON_KUBE = sorted(
-    p.parent.name
-    for p in (REPO_ROOT / "scenarios").glob("*/scenario.toml")
-    if "kube" in load_scenario(p.parent).runtimes
-)
+ON_KUBE = kube_scenarios()
 # SCENARIOS.md's rows on the real node: this module with MARKDOWN_ENV naming the file
 # (each scenario's section "on Kubernetes" rewritten, as `scenarios validate --runtime kube`
 # writes it)
