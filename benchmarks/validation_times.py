@@ -46,6 +46,68 @@ def minutes(body: str) -> tuple[int, float] | None:
     return len(rows), sum(float(r.split("|")[-2]) for r in rows) / 60
 
 
+def cases(body: str) -> list[dict[str, str]]:
+    """The rows of a section's table, each a dict by column name."""
+    lines = [ln for ln in body.splitlines() if ln.startswith("| ")]
+    if not lines or "| patch |" not in lines[0]:
+        return []
+    names = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [
+        dict(zip(names, (c.strip() for c in ln.strip("|").split("|")), strict=True))
+        for ln in lines[1:]
+    ]
+
+
+def soak_cost(after: dict[str, str]) -> list[str]:
+    """What the hidden soak costs a validation, from the local sections as they are now.
+
+    A passing case sits through its window and the whole drawn soak; a failing one ends at
+    its failure (most before the soak). The first row of a section also carries the one
+    setup and the control window, so it is left out of the per-case means."""
+    out = [
+        "| scenario | cases | passed | pass: run (s) | of it soak (s) | fail: run (s) "
+        "| soaks / section time |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    totals = {"pass_run": 0.0, "pass_soak": 0.0, "passes": 0, "fail_run": 0.0, "fails": 0}
+    soaked = spent = 0.0
+    for name in sorted(after):
+        body = after[name]
+        rows = cases(body)
+        if " on " in name or not rows or "soak (s)" not in rows[0]:
+            continue
+        total = minutes(body)
+        if total is None:
+            continue
+        passed = [r for r in rows if r["got"] == "pass"]
+        later = rows[1:]
+        p = [r for r in later if r["got"] == "pass"]
+        f = [r for r in later if r["got"] != "pass"]
+        p_run = sum(float(r["run (s)"]) for r in p)
+        p_soak = sum(float(r["soak (s)"]) for r in p)
+        f_run = sum(float(r["run (s)"]) for r in f)
+        section_soak = sum(float(r["soak (s)"]) for r in passed)
+        soaked += section_soak
+        spent += 60 * total[1]
+        totals["pass_run"] += p_run
+        totals["pass_soak"] += p_soak
+        totals["passes"] += len(p)
+        totals["fail_run"] += f_run
+        totals["fails"] += len(f)
+        out.append(
+            f"| {name} | {len(rows)} | {len(passed)} "
+            f"| {p_run / len(p) if p else 0:.0f} | {p_soak / len(p) if p else 0:.0f} "
+            f"| {f_run / len(f) if f else 0:.0f} | {section_soak / (60 * total[1]):.0%} |"
+        )
+    if totals["passes"] and totals["fails"]:
+        out.append(
+            f"| all | | | {totals['pass_run'] / totals['passes']:.0f} "
+            f"| {totals['pass_soak'] / totals['passes']:.0f} "
+            f"| {totals['fail_run'] / totals['fails']:.0f} | {soaked / spent:.0%} |"
+        )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--before", required=True, help="a commit whose SCENARIOS.md is the cold one")
@@ -88,6 +150,18 @@ def main() -> int:
         )
     if sums[0]:
         lines.append(f"| all | | {sums[0]:.1f} | | {sums[1]:.1f} | {sums[1] / sums[0]:.2f} | | |")
+    lines += [
+        "",
+        "What the hidden soak costs, from the sections as they are now: a passing case sits "
+        "through its sustained window and then the whole soak drawn for it (240-420 s by "
+        "default), the load running; a failing case ends when it fails, mostly before the "
+        "soak begins. *pass: run* and *fail: run* are the mean run times of a case, the "
+        "first row of each section left out (it carries the one setup and the control "
+        "window, which lasts the window plus the soak's upper bound); *soaks / section "
+        "time*: the soaks of the passing cases as a share of the section's whole time.",
+        "",
+        *soak_cost(after),
+    ]
     body = "\n".join(lines)
     print(body)
     write_section(path, HEADING, body)
