@@ -71,9 +71,17 @@ def test_a_graded_submission_becomes_a_row() -> None:
     assert row["failing"] == "alert_cleared"
     assert row["fireSeconds"] == 31.5
     assert row["mismatch"] is None
-    passed = {"passed": True, "score": 0.97, "reason": "Passed", "signals": {}}
+    assert row["soakSeconds"] is None  # never rolled out: no soak was drawn for it
+    passed = {
+        "passed": True,
+        "score": 0.97,
+        "reason": "Passed",
+        "signals": {},
+        "soak": {"seconds": 301.4, "seed": "ab12"},
+    }
     row = catalogue.row(fix, validate.record_of(passed, None), 90.0)
     assert (row["got"], row["mismatch"], row["fireSeconds"]) == ("pass", None, None)
+    assert row["soakSeconds"] == 301.4  # the soak the Submission's status published
     # a fix the operator failed is a mismatch, which says what the verdict says
     said = "page-severity alert KintoLatencyHigh fired after the redeploy"
     failed = {

@@ -253,6 +253,8 @@ def record_of(status: dict[str, Any], fired_seconds: float | None) -> dict[str, 
         "message": _verdict_message(status)[:200],
         "failingSignals": failing,
         "timestamps": stamps,
+        # the soak drawn for it, published with the verdict (none if never rolled out)
+        "soak": status.get("soak"),
     }
 
 
