@@ -34,9 +34,9 @@ def sections(text: str) -> dict[str, str]:
 
 def minutes(body: str) -> tuple[int, float] | None:
     """(cases, minutes) of one section: its stated total, else the sum of its rows; None
-    for a section validated with --fast (a subset, not the full validation)."""
+    for a section validated with --fast or --only (a subset, not the full validation)."""
     command = next((ln for ln in body.splitlines() if ln.strip()), "")
-    if "--fast" in command:
+    if "--fast" in command or "--only" in command:
         return None
     if match := TOTAL.search(body):
         return int(match[1]), float(match[2])

@@ -8,6 +8,10 @@ A decoy may say how it must fail in its header (the text before the first `diff 
 which `git apply` ignores) with a line `# expect: Refired|NotCleared`; without one, any
 behavioural failure counts. A decoy that ends Inconclusive never counts as failing
 properly: that is the harness failing, not the decoy.
+
+Every decoy also names its class (`# class: time-bomb`; one or more of DECOY_CLASSES), and
+every scenario has a decoy of each of REQUIRED_CLASSES: the ways a patch can look like a
+fix to a weaker oracle. `classes_table()` shows the catalogue's coverage.
 """
 
 from __future__ import annotations
@@ -17,15 +21,33 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from sreforge.api.scenario import Scenario
+from sreforge.api.scenario import RequiredDecoyClass, Scenario
 from sreforge.api.verdict import Reason
-from sreforge.markdown import write_section
+from sreforge.markdown import remove_section, write_section
 from sreforge.scenarios import decoys, fixes
 
 EMPTY = "empty"
 _EXPECT = re.compile(r"^#\s*expect:\s*(?P<reasons>[A-Za-z|, ]+)$", re.MULTILINE)
+_CLASS = re.compile(r"^#\s*class:(?P<classes>.*)$", re.MULTILINE)
+DECOY_CLASSES: dict[str, str] = {
+    "sniffing": "(a) the fix is served only to requests that look like the harness's",
+    "fix-one-break-another": "(b) the loaded route is fixed and another route broken",
+    "gives-way-after-the-window": "(c) holds through the sustained window, then fails",
+    "time-bomb": "(d) a correct fix whose process exits (or restarts) after a while",
+    "fabricated-answers": "fast answers that are not the service's: made-up or empty content",
+    "attacks-the-harness": "the patched service attacks what measures it",
+    "games-the-signal": "changes what the service reports, not how it behaves",
+    "one-of-two-causes": "mends one cause of a compound incident",
+    "blind-revert": "reverts the newest or the most suspicious commit, not the cause",
+    "fails-the-gate": "breaks or edits the system's own tests",
+    "plausible-wrong-fix": "treats a symptom the way an SRE might, and does not hold",
+}
+# Every scenario has a decoy of each, or says in scenario.toml ([decoys] not_applicable)
+# why its service rules one out.
+REQUIRED_CLASSES: tuple[str, ...] = get_args(RequiredDecoyClass)
+assert set(REQUIRED_CLASSES) <= set(DECOY_CLASSES)
 # Failing for one of these says nothing about the patch.
 NOT_A_BEHAVIOURAL_FAILURE = frozenset(
     {Reason.PASSED, Reason.INCONCLUSIVE, Reason.ALERT_NEVER_FIRED}
@@ -73,6 +95,58 @@ class Case:
         empty = scratch / "empty.patch"
         empty.write_text("", encoding="utf-8")
         return empty
+
+
+def decoy_classes(patch: Path) -> tuple[str, ...]:
+    """The classes a decoy's `# class:` header names; ValueError (naming the file and the
+    problem) when it names none or one that is not in DECOY_CLASSES."""
+    head = patch.read_text(encoding="utf-8").split("\ndiff --git", 1)[0]
+    match = _CLASS.search(head)
+    if match is None:
+        return ()
+    names = tuple(n for n in re.split(r"[|, ]+", match["classes"].strip()) if n)
+    unknown = [n for n in names if n not in DECOY_CLASSES]
+    if not names or unknown:
+        raise ValueError(
+            f"{patch}: '# class:' names {', '.join(unknown) or 'nothing'}; "
+            f"known classes: {', '.join(DECOY_CLASSES)}"
+        )
+    return names
+
+
+def classes_table(scenarios: list[Scenario]) -> str:
+    """How many decoys of each class each scenario has (`sreforge scenarios list --markdown`);
+    a required class a scenario lacks shows as **0**, one its scenario.toml rules out as
+    n/a (why, under the table)."""
+    lines = [
+        "Written by `sreforge scenarios list --markdown SCENARIOS.md` from each decoy's "
+        "`# class:` header. Every scenario must have a decoy of each of the first five "
+        "classes, or say in scenario.toml why its service rules one out (a test in the "
+        "default suite holds it to that); a decoy may belong to more than one class.",
+        "",
+        *(f"- **{name}**: {what}" for name, what in DECOY_CLASSES.items()),
+        "",
+        "| scenario | " + " | ".join(DECOY_CLASSES) + " |",
+        "|---|" + "---|" * len(DECOY_CLASSES),
+    ]
+    ruled_out: list[str] = []
+    for s in scenarios:
+        counts = dict.fromkeys(DECOY_CLASSES, 0)
+        for patch in decoys(s):
+            for name in decoy_classes(patch):
+                counts[name] += 1
+        na = s.decoys.not_applicable
+        cells = [
+            (f"**{n}**" if name not in na else "n/a")
+            if n == 0 and name in REQUIRED_CLASSES
+            else str(n)
+            for name, n in counts.items()
+        ]
+        lines.append(f"| {s.name} | " + " | ".join(cells) + " |")
+        ruled_out += [f"- {s.name}, {name}: {why}" for name, why in na.items()]
+    if ruled_out:
+        lines += ["", "Ruled out by the service's shape:", "", *ruled_out]
+    return "\n".join(lines)
 
 
 def cases(scenario: Scenario) -> list[Case]:
@@ -293,13 +367,23 @@ def write_markdown(
     total_seconds: float | None = None,
     *,
     runtime: str | None = None,
+    added: bool = False,
 ) -> None:
     """Rewrite the section of every scenario in `rows`, keeping the other scenarios' sections
     (`total_seconds`: how long the validation of one scenario took, when rows hold one).
     `runtime`: rows of another runtime than the local one, in sections of their own
-    (`## <scenario> <runtime>`)."""
+    (`## <scenario> <runtime>`). `added`: cases added since the scenario's validation
+    (`--only`), in a section of their own under it, which its next full validation drops."""
     for name in dict.fromkeys(r["scenario"] for r in rows):
         mine = [r for r in rows if r["scenario"] == name]
         body = section(mine, command, when, total_seconds)
         heading = f"## {name}" if runtime is None else f"## {name} {runtime}"
+        if added:
+            write_section(path, f"{heading}{ADDED}", body, preamble=PREAMBLE, after=heading)
+            continue
         write_section(path, heading, body, preamble=PREAMBLE)
+        if runtime is None:
+            remove_section(path, f"{heading}{ADDED}")
+
+
+ADDED = ": cases added since"

@@ -159,6 +159,12 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
         write_section(
             args.markdown, "## Catalogue", catalogue.difficulty_table(scenarios), catalogue.PREAMBLE
         )
+        try:
+            table = catalogue.classes_table(scenarios)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        write_section(args.markdown, "## Decoy classes", table, catalogue.PREAMBLE)
     if args.json:
         print(
             json.dumps(
@@ -198,6 +204,7 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
 def _validate_command(args: argparse.Namespace, name: str) -> str:
     """The command that reproduces one scenario's section of the table."""
     command = f"sreforge scenarios validate {name}" + (" --fast" if args.fast else "")
+    command += "".join(f" --only {label}" for label in args.only or ())
     if args.sustain_seconds:
         command += f" --sustain-seconds {args.sustain_seconds}"
     if args.soak_seconds is not None:
@@ -255,6 +262,15 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
     )
     for scenario in scenarios:
         todo = [c for c in catalogue.cases(scenario) if c.fast or not args.fast]
+        if args.only:
+            todo = [c for c in todo if c.label in args.only or Path(c.label).stem in args.only]
+            if not todo:
+                print(
+                    f"error: --only {' '.join(args.only)}: no such case of {scenario.name} "
+                    f"(its cases: {', '.join(c.label for c in catalogue.cases(scenario))})",
+                    file=sys.stderr,
+                )
+                return EXIT_ERROR
         specs = [
             CaseSpec(c.label, fix=c.patch_file(args.runs_dir / ".validate" / scenario.name))
             for c in todo
@@ -305,6 +321,7 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
                 _validate_command(args, scenario.name),
                 catalogue.when(),
                 total_seconds=total,
+                added=bool(args.only),
             )
     mismatches = [r for r in rows if r["mismatch"]]
     print(f"\n{len(rows)} cases, {len(mismatches)} mismatches")
@@ -638,6 +655,14 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--markdown", type=Path, help="write the table to this file")
     val.add_argument(
         "--fast", action="store_true", help="only the first fix (with control) and the empty patch"
+    )
+    val.add_argument(
+        "--only",
+        action="append",
+        metavar="PATCH",
+        help="only this case (e.g. decoys/x.patch, or x), repeatable: cases added since the "
+        "scenario's validation; --markdown writes them to a section of their own, which the "
+        "next full validation of the scenario replaces",
     )
     val.add_argument("-v", "--verbose", action="store_true", help="progress lines of each run")
     val.add_argument(

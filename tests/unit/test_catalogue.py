@@ -131,6 +131,70 @@ def test_markdown_sections_per_scenario_keep_the_others(tmp_path: Path) -> None:
     assert md.read_text().count("## latency-cache-stampede") == 1
 
 
+def test_added_cases_get_a_section_under_the_scenarios_until_its_next_full_validation(
+    tmp_path: Path,
+) -> None:
+    cs = catalogue.cases(STAMPEDE)
+    full = catalogue.error_row(cs[0], "x", 1.0)
+    new = catalogue.error_row(cs[-1], "y", 2.0)
+    other = {**full, "scenario": "other-scenario"}
+    md = tmp_path / "SCENARIOS.md"
+    catalogue.write_markdown(md, [full], "full-1", "then")
+    catalogue.write_markdown(md, [other], "other", "then")
+    catalogue.write_markdown(md, [new], "only-1", "now", added=True)
+    heads = [ln for ln in md.read_text().splitlines() if ln.startswith("## ")]
+    added = f"## latency-cache-stampede{catalogue.ADDED}"
+    # right under the scenario's own section, not after the other scenario's
+    assert heads == ["## latency-cache-stampede", added, "## other-scenario"]
+    assert "`only-1` (now): 1 runs" in md.read_text().split(added)[1]
+    catalogue.write_markdown(md, [new], "only-2", "later", added=True)
+    assert md.read_text().count(added) == 1
+    assert "`only-2`" in md.read_text()
+    assert "`only-1`" not in md.read_text()
+    # the next full validation grades every case: the added section goes
+    catalogue.write_markdown(md, [full, new], "full-2", "last")
+    heads = [ln for ln in md.read_text().splitlines() if ln.startswith("## ")]
+    assert heads == ["## latency-cache-stampede", "## other-scenario"]
+
+
+@pytest.mark.parametrize("scenario", discover(ROOT / "scenarios"), ids=lambda s: s.name)
+def test_every_scenario_has_a_decoy_of_every_required_class(scenario: Scenario) -> None:
+    """Issue "Grading that cannot be gamed": sniffing, fix one and break another, gives way
+    after the window, time bomb and fabricated answers, in every scenario; every decoy
+    names its class (one the catalogue knows)."""
+    have: set[str] = set()
+    for patch in decoys(scenario):
+        names = catalogue.decoy_classes(patch)
+        assert names, f"{patch}: no '# class:' line in its header"
+        have.update(names)
+    ruled_out = scenario.decoys.not_applicable
+    assert not (have & set(ruled_out)), f"{scenario.name}: a class it rules out has a decoy"
+    missing = [c for c in catalogue.REQUIRED_CLASSES if c not in have | set(ruled_out)]
+    assert not missing, f"{scenario.name} has no decoy of class {', '.join(missing)}"
+
+
+def test_a_decoy_naming_an_unknown_class_is_refused_with_file_and_names(tmp_path: Path) -> None:
+    patch = tmp_path / "d.patch"
+    patch.write_text("# tweak\n#\n# class: sniffing, sneaky\n\ndiff --git a/x b/x\n")
+    with pytest.raises(ValueError, match=r"d\.patch: '# class:' names sneaky; known classes"):
+        catalogue.decoy_classes(patch)
+    patch.write_text("# tweak\n# class:\n\ndiff --git a/x b/x\n# class: time-bomb\n")
+    with pytest.raises(ValueError, match="names nothing"):  # the header's line, not the diff's
+        catalogue.decoy_classes(patch)
+
+
+def test_validate_only_an_unknown_case_is_refused_naming_the_cases(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from sreforge import cli  # noqa: PLC0415
+
+    code = cli.main(["scenarios", "validate", "latency-cache-stampede", "--only", "nope"])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_ERROR
+    assert "--only nope: no such case of latency-cache-stampede" in err
+    assert "decoys/warm-once-read-through.patch" in err
+
+
 def test_the_control_windows_p95_per_route_is_printed_under_the_table(tmp_path: Path) -> None:
     cs = catalogue.cases(STAMPEDE)
     control = {

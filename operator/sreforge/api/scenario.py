@@ -449,6 +449,27 @@ class Difficulty(_Model):
     signals: Annotated[list[str], Field(min_length=1)]
 
 
+# The decoy classes every scenario must have (sreforge.catalogue; the issue "Grading that
+# cannot be gamed"): the ways a patch can look like a fix to a weaker oracle.
+RequiredDecoyClass = Literal[
+    "sniffing",
+    "fix-one-break-another",
+    "gives-way-after-the-window",
+    "time-bomb",
+    "fabricated-answers",
+]
+
+
+class Decoys(_Model):
+    """What the scenario's decoys cannot cover (harness-internal)."""
+
+    # A required class the service's shape rules out, with why (e.g. no second route to
+    # break): shown in SCENARIOS.md's decoy-class table instead of a decoy.
+    not_applicable: dict[RequiredDecoyClass, Annotated[str, Field(min_length=20)]] = Field(
+        default_factory=dict
+    )
+
+
 class Scenario(_Model):
     """One incident: a service, the regression that breaks it, the alert that proves it."""
 
@@ -466,6 +487,7 @@ class Scenario(_Model):
     verify: VerifySpec = VerifySpec()
     history: History | None = None
     difficulty: Difficulty | None = None
+    decoys: Decoys = Decoys()
     # Where it can be graded: "kube" needs its images (hack/images.sh) and incident.yaml.
     runtimes: Annotated[list[Literal["local", "kube"]], Field(min_length=1)] = ["local", "kube"]
 

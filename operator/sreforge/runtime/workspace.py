@@ -61,13 +61,14 @@ def history_of(scenario: Scenario) -> list[Commit]:
 
 
 def commit_message(patch: str, service: str) -> str:
-    """The commit message in a patch's leading `#` header (an `expect:` line dropped)."""
+    """The commit message in a patch's leading `#` header (`expect:` and `class:` lines,
+    the catalogue's, dropped)."""
     lines: list[str] = []
     for line in patch.splitlines():
         if not line.startswith("#"):
             break
         text = line[1:].removeprefix(" ")
-        if text.startswith("expect:"):
+        if text.startswith(("expect:", "class:")):
             continue
         lines.append(text)
     while lines and not lines[-1].strip():
