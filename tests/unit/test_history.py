@@ -187,10 +187,18 @@ def test_scenarios_list_writes_a_difficulty_note_per_scenario(
     capsys.readouterr()
     text = md.read_text()
     assert "## latency-cache-stampede\n\nkept\n" in text  # other sections stay
-    rows = [ln for ln in text.split("## Catalogue")[1].splitlines() if ln.startswith("| ")][1:]
+    catalogue_part, classes_part = text.split("## Catalogue")[1].split("## Decoy classes")
+    rows = [ln for ln in catalogue_part.splitlines() if ln.startswith("| ")][1:]
     assert [r.split(" | ")[0].removeprefix("| ") for r in rows] == [s.name for s in CATALOGUE]
     compound = next(r for r in rows if r.startswith("| compound-cache-and-index |"))
     assert "01-delisted-404.patch, 02-drop-page-cache.patch | leaves it |" in compound
+    # and the decoy classes by scenario: a count per class, n/a where the service rules
+    # one out (pricing: one user-facing route), with why under the table
+    rows = [ln for ln in classes_part.splitlines() if ln.startswith("| ")][1:]
+    assert [r.split(" | ")[0].removeprefix("| ") for r in rows] == [s.name for s in CATALOGUE]
+    storm = next(r for r in rows if r.startswith("| configuration-retry-storm |"))
+    assert storm.split(" | ")[2] == "n/a"
+    assert "- configuration-retry-storm, fix-one-break-another: pricing serves one" in text
 
 
 def test_a_regression_that_does_not_apply_is_refused_naming_the_patch(tmp_path: Path) -> None:
