@@ -282,7 +282,9 @@ of it); *run (s)* is the case's own time (the first case's includes the setup);
 *failing signals* are those that earned less than full credit (time_to_clear is partial on
 every clear that is not instant, so a passing fix lists it too).
 Each scenario's section is rewritten by `sreforge scenarios validate NAME --markdown
-SCENARIOS.md`; the run times depend on the machine and on what else it runs.
+SCENARIOS.md`; decoys added since are graded with `--only decoys/x.patch` into a section of
+their own under it ("NAME: cases added since"), which the next full validation replaces.
+The run times depend on the machine and on what else it runs.
 """
 
 
