@@ -254,6 +254,9 @@ def cmd_scenarios_validate(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.runtime == "kube":
+        if args.only:
+            print("error: --only grades local cases; --runtime kube grades all", file=sys.stderr)
+            return EXIT_ERROR
         return _validate_on_kube(args, scenarios)
     rows: list[dict[str, object]] = []
     print(

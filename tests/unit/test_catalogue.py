@@ -193,6 +193,11 @@ def test_validate_only_an_unknown_case_is_refused_naming_the_cases(
     assert code == cli.EXIT_ERROR
     assert "--only nope: no such case of latency-cache-stampede" in err
     assert "decoys/warm-once-read-through.patch" in err
+    code = cli.main(
+        ["scenarios", "validate", "latency-cache-stampede", "--only", "empty", "--runtime", "kube"]
+    )
+    assert code == cli.EXIT_ERROR
+    assert "--only grades local cases" in capsys.readouterr().err
 
 
 def test_the_control_windows_p95_per_route_is_printed_under_the_table(tmp_path: Path) -> None:
