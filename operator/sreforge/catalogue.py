@@ -29,8 +29,10 @@ from sreforge.markdown import remove_section, write_section
 from sreforge.scenarios import decoys, fixes
 
 EMPTY = "empty"
-_EXPECT = re.compile(r"^#\s*expect:\s*(?P<reasons>[A-Za-z|, ]+)$", re.MULTILINE)
-_CLASS = re.compile(r"^#\s*class:(?P<classes>.*)$", re.MULTILINE)
+_EXPECT = re.compile(r"^#\s*expect:\s*(?P<names>[A-Za-z|, ]+)$", re.MULTILINE)
+_CLASS = re.compile(r"^#\s*class:(?P<names>.*)$", re.MULTILINE)
+# The heading suffix of a scenario's section of cases added since its validation (--only).
+ADDED = ": cases added since"
 DECOY_CLASSES: dict[str, str] = {
     "sniffing": "(a) the fix is served only to requests that look like the harness's",
     "fix-one-break-another": "(b) the loaded route is fixed and another route broken",
@@ -80,12 +82,8 @@ class Case:
             # Redeploying the unchanged build either never clears, or clears only until the
             # fault builds up again (a leak starts over in a fresh process): never holds.
             return frozenset({Reason.NOT_CLEARED, Reason.REFIRED})
-        head = self.patch.read_text(encoding="utf-8").split("\ndiff --git", 1)[0]
-        match = _EXPECT.search(head)
-        if match is None:
-            return None
-        names = re.split(r"[|, ]+", match["reasons"].strip())
-        return frozenset(Reason(n) for n in names if n)
+        names = _header_names(self.patch, _EXPECT)
+        return None if names is None else frozenset(Reason(n) for n in names)
 
     def patch_file(self, scratch: Path) -> Path:
         """The patch to submit; the empty patch is written into `scratch`."""
@@ -97,14 +95,23 @@ class Case:
         return empty
 
 
+def _header_names(patch: Path, line: re.Pattern[str]) -> list[str] | None:
+    """The names (split on `|`, `,` or spaces) on a patch header's `line`; None without one.
+    The header is the text before the first `diff --git`, which `git apply` ignores."""
+    head = patch.read_text(encoding="utf-8").split("\ndiff --git", 1)[0]
+    match = line.search(head)
+    if match is None:
+        return None
+    return [n for n in re.split(r"[|, ]+", match["names"].strip()) if n]
+
+
 def decoy_classes(patch: Path) -> tuple[str, ...]:
     """The classes a decoy's `# class:` header names; ValueError (naming the file and the
     problem) when it names none or one that is not in DECOY_CLASSES."""
-    head = patch.read_text(encoding="utf-8").split("\ndiff --git", 1)[0]
-    match = _CLASS.search(head)
-    if match is None:
+    found = _header_names(patch, _CLASS)
+    if found is None:
         return ()
-    names = tuple(n for n in re.split(r"[|, ]+", match["classes"].strip()) if n)
+    names = tuple(found)
     unknown = [n for n in names if n not in DECOY_CLASSES]
     if not names or unknown:
         raise ValueError(
@@ -386,6 +393,3 @@ def write_markdown(
         write_section(path, heading, body, preamble=PREAMBLE)
         if runtime is None:
             remove_section(path, f"{heading}{ADDED}")
-
-
-ADDED = ": cases added since"

@@ -156,15 +156,15 @@ def cmd_scenarios_list(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.markdown:
-        write_section(
-            args.markdown, "## Catalogue", catalogue.difficulty_table(scenarios), catalogue.PREAMBLE
-        )
-        try:
-            table = catalogue.classes_table(scenarios)
+        try:  # both tables before either is written: a bad decoy header leaves the file as it was
+            classes = catalogue.classes_table(scenarios)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_ERROR
-        write_section(args.markdown, "## Decoy classes", table, catalogue.PREAMBLE)
+        write_section(
+            args.markdown, "## Catalogue", catalogue.difficulty_table(scenarios), catalogue.PREAMBLE
+        )
+        write_section(args.markdown, "## Decoy classes", classes, catalogue.PREAMBLE)
     if args.json:
         print(
             json.dumps(

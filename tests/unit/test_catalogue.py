@@ -157,7 +157,10 @@ def test_added_cases_get_a_section_under_the_scenarios_until_its_next_full_valid
     assert heads == ["## latency-cache-stampede", "## other-scenario"]
 
 
-@pytest.mark.parametrize("scenario", discover(ROOT / "scenarios"), ids=lambda s: s.name)
+CATALOGUE = discover(ROOT / "scenarios")
+
+
+@pytest.mark.parametrize("scenario", CATALOGUE, ids=[s.name for s in CATALOGUE])
 def test_every_scenario_has_a_decoy_of_every_required_class(scenario: Scenario) -> None:
     """Issue "Grading that cannot be gamed": sniffing, fix one and break another, gives way
     after the window, time bomb and fabricated answers, in every scenario; every decoy
@@ -220,9 +223,6 @@ def test_the_control_windows_p95_per_route_is_printed_under_the_table(tmp_path: 
     old = {**first, "controlP95": None}
     catalogue.write_markdown(md, [old], "cmd", "now")
     assert "Healthy build" not in md.read_text()
-
-
-CATALOGUE = discover(ROOT / "scenarios")
 
 
 @pytest.mark.parametrize("scenario", CATALOGUE, ids=[s.name for s in CATALOGUE])
