@@ -338,7 +338,7 @@ def step(state: RunState, event: Event) -> list[Action]:
             return _finish_with(state, oracle.evaluate(state.observations(), state.verify))
         case (Phase.RESTORING, Restored(t=t)):
             state.restored_at = t
-            if _more_cases(state):
+            if more_cases(state):
                 _rearm(state)
                 return [Action.REOPEN, Action.SAMPLE]
             state.phase = Phase.DONE
@@ -347,7 +347,7 @@ def step(state: RunState, event: Event) -> list[Action]:
             raise TransitionError(f"event {event.kind!r} is not expected in phase {state.phase}")
 
 
-def _more_cases(state: RunState) -> bool:
+def more_cases(state: RunState) -> bool:
     """Another case may be graded against this environment: the last one was handed off
     and graded on its own merits (no harness fault, not Inconclusive: an environment that
     could not observe one case is not trusted with the next), there are cases left, and a

@@ -25,10 +25,16 @@ from hypothesis import strategies as st
 from tests.hostile_values import bad_spec, reproducible
 from tests.kubeenv import BUILD_COMMAND, ControlPlane, find_tools_bin
 from tests.reliability_cases import case
+from tests.unit.test_loop import TARGET, graded_green, graded_red, operator_state, sampled, state
 
-from sreforge.api.resources import API_VERSION, GROUP, VERSION
+from sreforge import loop
+from sreforge.api.resources import API_VERSION, GROUP, INCIDENT_PLURAL, VERSION
 from sreforge.api.scenario import LoadProfile
 from sreforge.load.k6 import render_generator_job, render_k6_job
+from sreforge.mcp.shape import Refused
+from sreforge.runtime.kube.client import Kube
+from sreforge.runtime.kube.mcp import KubeDesk
+from sreforge.runtime.kube.status import recorded_conditions, started_conditions
 
 pytestmark = pytest.mark.kube
 
@@ -163,3 +169,71 @@ def test_rendered_load_pods_pass_the_restricted_pod_security_standard(
             )
             assert bad.returncode != 0, (name, bad.stdout)
             assert 'violates PodSecurity "restricted:latest"' in bad.stderr, bad.stderr
+
+
+DESK_NS = "sreforge-desk"  # its own namespace: `stored` counts NS only
+
+
+def test_the_agents_submit_is_refused_once_a_verdict_ends_the_run(
+    control_plane: ControlPlane, custom: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The desk behind the agent's `submit` (sreforge.runtime.kube.mcp.KubeDesk) reads the
+    Incident as the operator writes it when a verdict is recorded, before the baseline is
+    restored and the run marked Finished: from that write on, a verdict that ends the run
+    refuses a new submit (it used to be accepted in that window, then refused by the
+    operator once Finished: the agent was told "accepted" and never graded); a failed case
+    that re-arms for the next takes it."""
+    control_plane.kubectl("create", "namespace", DESK_NS)
+    monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+    kube = Kube()
+    patch = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"
+
+    def incident(name: str) -> KubeDesk:
+        custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            DESK_NS,
+            "incidents",
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Incident",
+                "metadata": {"name": name},
+                "spec": {"scenario": "latency-cache-stampede"},
+            },
+        )
+        kube.update_conditions(INCIDENT_PLURAL, DESK_NS, name, started_conditions())
+        return KubeDesk(kube, DESK_NS, name)
+
+    # a failed case that re-arms (the operator's default: cases until one passes): the
+    # next submit is taken, and waits for the alert to fire again
+    rearms = operator_state()
+    graded_red(rearms)
+    desk = incident("rearms")
+    kube.update_conditions(INCIDENT_PLURAL, DESK_NS, "rearms", recorded_conditions(rearms, "s1"))
+    assert desk.submit(patch).startswith("accepted: Submission sreforge-desk/rearms-mcp-")
+
+    # a pass ends the run: refused from the verdict's write on, naming why; so does a
+    # failed last case (one case, as `sreforge run` grades)
+    passes = operator_state()
+    graded_red(passes)
+    loop.step(passes, loop.Restored(t=6))
+    loop.step(passes, sampled(7, TARGET))
+    graded_green(passes, 7)
+    last = state()
+    graded_red(last)
+    for name, ended in (("passes", passes), ("last", last)):
+        desk = incident(name)
+        kube.update_conditions(INCIDENT_PLURAL, DESK_NS, name, recorded_conditions(ended, "s2"))
+        reason = ended.verdict.reason.value if ended.verdict is not None else None
+        with pytest.raises(
+            Refused, match=rf"the Incident is finished \(Submission s2's verdict \({reason}\)"
+        ):
+            desk.submit(patch)
+    made = [
+        s["metadata"]["name"]
+        for s in custom.list_namespaced_custom_object(GROUP, VERSION, DESK_NS, "submissions")[
+            "items"
+        ]
+    ]
+    assert len(made) == 1, made
+    assert made[0].startswith("rearms-mcp-"), made

@@ -77,6 +77,7 @@ from sreforge.runtime.kube.status import (
     finished_conditions,
     graded_condition,
     incident_phase,
+    recorded_conditions,
     refused,
     started_conditions,
     verdict_condition,
@@ -654,7 +655,7 @@ class IncidentRun:
             "submission": sub,
         }
         # The Incident first: whoever sees the Submission graded sees the Incident's summary.
-        self._persist([verdict_condition("Verified", verdict)], {"verdict": summary})
+        self._persist(recorded_conditions(st, sub), {"verdict": summary})
         why = events.verdict_message(verdict, sub)
         kind, reason = events.verdict_type(verdict), verdict.reason.value
         self.kube.post_event(events.event(self.incident, kind, reason, why))

@@ -48,7 +48,7 @@ from sreforge.runtime.kube.client import Kube
 from sreforge.runtime.kube.config import OperatorConfig
 from sreforge.runtime.kube.policy import MCP_AUDIENCE, MCP_SUBRESOURCE, mcp_path
 from sreforge.runtime.kube.render import telemetry_scope
-from sreforge.runtime.kube.status import condition_of
+from sreforge.runtime.kube.status import FINISHING, condition_of
 from sreforge.telemetry import label_matchers
 
 log = logging.getLogger("sreforge.mcp")
@@ -235,12 +235,16 @@ def _handed_off(inc: dict[str, Any]) -> None:
 
 
 def _finished(inc: dict[str, Any] | None) -> str | None:
-    """Why the Incident takes no more submissions (gone, or finished), or None."""
+    """Why the Incident takes no more submissions (gone, finished, or its verdict that ends
+    the run recorded while the baseline comes back), or None."""
     if inc is None:
         return "the Incident is gone"
     c = condition_of(inc, "Finished")
     if c is not None and c.status == "True":
         return f"the Incident is finished ({c.reason})"
+    waiting = condition_of(inc, "AwaitingSubmission")
+    if waiting is not None and waiting.reason == FINISHING:
+        return f"the Incident is finished ({waiting.message})"
     return None
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from sreforge.api.observation import CIResult, CIStatus
 from sreforge.api.resources import Condition
 from sreforge.api.verdict import Verdict
-from sreforge.loop import Phase, RunState
+from sreforge.loop import Phase, RunState, more_cases
 
 # a condition's message is cut here, inside metav1.Condition's 32 KiB
 MAX_MESSAGE = 32_000
@@ -79,6 +79,36 @@ def refused(reason: str, message: str) -> list[Condition]:
         condition("Accepted", False, reason, message),
         condition("Graded", False, reason, f"never graded: {message}"),
     ]
+
+
+# AwaitingSubmission's reason from the moment a verdict that ends the run is recorded until
+# the run is Finished (the baseline build is restored in between): no Submission is taken.
+FINISHING = "Finishing"
+
+
+def recorded_conditions(state: RunState, submission: str | None) -> list[Condition]:
+    """An Incident's conditions as a verdict is recorded, before the baseline is restored.
+
+    `Verified` is the verdict's. A verdict that ends the run (`loop.more_cases` is false:
+    a pass, a harness fault, the last case) also sets `AwaitingSubmission` to `Finishing` in
+    the same write, so that nobody who reads the Submission graded takes the Incident for
+    open while its baseline comes back (the agent's `submit` refuses from then on).
+    """
+    verdict = state.verdict
+    assert verdict is not None
+    out = [verdict_condition("Verified", verdict)]
+    if not more_cases(state):
+        of = f"Submission {submission}'s" if submission is not None else "the"
+        out.append(
+            condition(
+                "AwaitingSubmission",
+                False,
+                FINISHING,
+                f"{of} verdict ({verdict.reason.value}) ends the run; the baseline build is "
+                "being restored",
+            )
+        )
+    return out
 
 
 def started_conditions() -> list[Condition]:
