@@ -6,7 +6,16 @@ import pytest
 from pydantic import ValidationError
 
 from sreforge import oracle
-from sreforge.api import AlertSample, CIResult, CIStatus, LoadStats, Reason, VerifySpec, Weights
+from sreforge.api import (
+    AlertSample,
+    CIResult,
+    CIStatus,
+    LoadStats,
+    Reason,
+    VerifySpec,
+    Weights,
+)
+from sreforge.api.observation import ProbeStats
 
 TARGET = "CatalogLatencyHigh"
 VERIFY = VerifySpec(sustain_seconds=30, clear_budget_seconds=60)
@@ -377,3 +386,33 @@ def test_only_the_verification_window_counts_towards_contention() -> None:
     never = [sample(t, {TARGET}, outside_cpu=0.1, cpu_wait=0.1) for t in range(0, 91)]
     assert oracle.contention(before + never, T0) == (pytest.approx(0.1), pytest.approx(0.1))
     assert oracle.evaluate(observe(before + never), VERIFY).reason is Reason.NOT_CLEARED
+
+
+@pytest.mark.parametrize(
+    ("blind", "named"),
+    [
+        ({"firing": None}, "Prometheus could not be asked"),
+        ({"load": None}, "the load generator's series were missing"),
+        ({"probe": ProbeStats(success_ratio=None)}, "the prober's answers could not be read"),
+    ],
+    ids=["prometheus", "load", "prober"],
+)
+def test_an_inconclusive_verdict_names_what_the_harness_could_not_see(
+    blind: dict[str, object], named: str
+) -> None:
+    """A harness fault is never the fix's failure, and the verdict says which part of the
+    harness went blind: in the window after a clear, and before any clear."""
+    probed = {"probe": ProbeStats(success_ratio=1.0)}
+    after_clear = firing_until(5, 70)
+    after_clear[20] = sample(20, **{**probed, **blind})
+    v = oracle.evaluate(observe(after_clear), VERIFY)
+    assert v.reason is Reason.INCONCLUSIVE
+    assert "harness-fault at +15.0s" in v.message, v.message
+    assert named in v.message, v.message
+    never = [sample(t, {TARGET}) for t in range(3)] + [
+        sample(t, **{**probed, **blind}) for t in range(3, 70)
+    ]
+    v = oracle.evaluate(observe(never), VERIFY)
+    assert v.reason is Reason.INCONCLUSIVE
+    assert v.message.startswith("telemetry was missing before any clear was seen"), v.message
+    assert named in v.message, v.message

@@ -74,6 +74,16 @@ def classify(sample: AlertSample, target_alert: str, verify: VerifySpec) -> Samp
     return SampleState.CLEAR
 
 
+def harness_gap(sample: AlertSample) -> str:
+    """What a HARNESS sample could not observe, for the verdict's message: an Inconclusive
+    verdict says which part of the harness failed, so it can be told from the fix."""
+    if sample.firing is None:
+        return "Prometheus could not be asked for the alerts or the service's series"
+    if sample.load is None:
+        return "the load generator's series were missing from Prometheus"
+    return "the prober's answers could not be read from Prometheus (no series, or none done)"
+
+
 _STATE_REASON = {
     SampleState.FIRING: Reason.REFIRED,
     SampleState.LOAD: Reason.LOAD_NOT_DELIVERED,
@@ -336,6 +346,9 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
         before = [st for s, st in zip(samples, states, strict=True) if s.t <= budget_end]
         if SampleState.HARNESS in before or not before:
             reason, msg = Reason.INCONCLUSIVE, "telemetry was missing before any clear was seen"
+            blind = [s for s, st in zip(samples, states, strict=True) if st is SampleState.HARNESS]
+            if blind:
+                msg += f": {harness_gap(blind[0])}"
         elif SampleState.PROBE in before and SampleState.LOAD not in before:
             reason = Reason.NOT_CLEARED
             msg = (
@@ -392,6 +405,8 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
             sustained, fail_reason = False, _STATE_REASON[st]
             at = s.t - cleared_at
             msg = f"{st.value} at +{at:.1f}s, {_when(at, verify.sustain_seconds, soak)}"
+            if st is SampleState.HARNESS:
+                msg += f": {harness_gap(s)}"
             if st is SampleState.RESTARTED:
                 msg = f"{_restarted(samples)} (+{at:.1f}s after the clear)"
             break
