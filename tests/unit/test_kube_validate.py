@@ -159,3 +159,21 @@ def test_an_incident_is_finished_only_in_a_terminal_phase() -> None:
     for phase in ("AwaitingSubmission", "Verifying", None):
         assert not validate.incident_finished({"status": {"phase": phase}})
     assert not validate.incident_finished(None)
+
+
+def test_the_validation_incidents_load_outlasts_every_case_it_may_wait_for() -> None:
+    """Every case is graded on one Incident, so its load must last as long as validation
+    may wait on it: on the scenario's own 30 minutes the load ended under a run of a dozen
+    cases and the later ones were graded blind (Inconclusive, the load's series gone)."""
+    cases = validate.kube_cases(POOL, fast=False)
+    seconds = validate.load_seconds(POOL, len(cases))
+    rearm = POOL.verify.fire_timeout_seconds + 300
+    assert seconds >= rearm + len(cases) * (validate.CASE_WAIT_SECONDS + rearm)
+    assert seconds > POOL.load.duration_seconds
+    # the Incident carries it as its load override, which the CRD bounds at a day
+    body = validate.incident_body(POOL, "ns1", "http://prom:9090", 30, seconds)
+    assert body["spec"]["load"] == {"durationSeconds": seconds}
+    assert validate.load_seconds(POOL, 10_000) == 86_400
+    # one case never gets less than the scenario's own duration
+    assert validate.load_seconds(POOL, 0) >= POOL.load.duration_seconds
+    assert "load" not in validate.incident_body(POOL, "ns1", "http://prom:9090", 30)["spec"]

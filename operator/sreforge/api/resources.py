@@ -29,7 +29,8 @@ CONDITION_TYPE = r"^[A-Z][A-Za-z0-9]*$"
 CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 MAX_INLINE_PATCH = 1024 * 1024
 
-DaySeconds = Annotated[int, Field(ge=1, le=86_400)]
+DAY_SECONDS = 86_400  # the longest any duration of an Incident may be
+DaySeconds = Annotated[int, Field(ge=1, le=DAY_SECONDS)]
 SoakSeconds = Annotated[int, Field(ge=0, le=3600)]
 Generation = Annotated[int, Field(ge=0)]
 Ratio = Annotated[float, Field(ge=0, le=1)]

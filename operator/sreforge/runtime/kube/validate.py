@@ -19,7 +19,13 @@ from typing import Any
 import yaml
 
 from sreforge import catalogue
-from sreforge.api.resources import GROUP, INCIDENT_PLURAL, SUBMISSION_PLURAL, VERSION
+from sreforge.api.resources import (
+    DAY_SECONDS,
+    GROUP,
+    INCIDENT_PLURAL,
+    SUBMISSION_PLURAL,
+    VERSION,
+)
 from sreforge.api.scenario import Scenario, UpstreamSpec
 from sreforge.runtime.kube.client import Kube
 from sreforge.runtime.kube.config import OperatorConfig
@@ -209,12 +215,32 @@ def _user_workload(
     ]
 
 
+#: The longest validation waits for one Submission's verdict.
+CASE_WAIT_SECONDS = 900
+
+
+def load_seconds(scenario: Scenario, cases: int) -> int:
+    """How long the validation Incident's load must last: as long as validation may wait on
+    it, every case graded on the one Incident (its verdict, then the alert firing again
+    before the next), within the longest load an Incident takes. The scenario's own
+    duration (30 minutes) would end the load under a run of a dozen cases, and every case
+    after that would be Inconclusive: graded blind."""
+    rearm = scenario.verify.fire_timeout_seconds + 300
+    wanted = rearm + cases * (CASE_WAIT_SECONDS + rearm)
+    return min(DAY_SECONDS, max(scenario.load.duration_seconds, wanted))
+
+
 def incident_body(
-    scenario: Scenario, ns: str, prometheus_url: str, sustain_seconds: int | None
+    scenario: Scenario,
+    ns: str,
+    prometheus_url: str,
+    sustain_seconds: int | None,
+    load_duration_seconds: int | None = None,
 ) -> dict[str, Any]:
     verify: dict[str, Any] = {}
     if sustain_seconds is not None:
         verify["sustainSeconds"] = sustain_seconds
+    load = {"durationSeconds": load_duration_seconds} if load_duration_seconds else None
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Incident",
@@ -224,6 +250,7 @@ def incident_body(
             "targetDeployment": scenario.service.name,
             "prometheusURL": prometheus_url,
             "loadRunner": "builtin",
+            **({"load": load} if load else {}),
             **({"verify": verify} if verify else {}),
         },
     }
@@ -346,11 +373,14 @@ def validate_scenario(
             if not ok:
                 raise RuntimeError(f"Job {ns}/{obj['metadata']['name']} failed: {details}")
     t0 = time.monotonic()
-    body = incident_body(scenario, ns, prometheus_url, sustain_seconds)
+    cases = kube_cases(scenario, fast=fast)
+    body = incident_body(
+        scenario, ns, prometheus_url, sustain_seconds, load_seconds(scenario, len(cases))
+    )
     fire_timeout = scenario.verify.fire_timeout_seconds + 300
     fired = _start_incident(kube, body, fire_timeout, say)
     rows = []
-    for i, case in enumerate(kube_cases(scenario, fast=fast)):
+    for i, case in enumerate(cases):
         if i > 0 and _settled(kube, ns, fire_timeout) in TERMINAL:
             say(f"{scenario.name}: the Incident finished; a new one for {case.label}")
             cluster.delete_incident(ns, INCIDENT)
@@ -370,11 +400,15 @@ def validate_scenario(
             status = sub.get("status") or {}
             return status if status.get("passed") is not None else None
 
-        status = _wait(f"Submission {name}", graded, 900)
+        status = _wait(f"Submission {name}", graded, CASE_WAIT_SECONDS)
         seconds = time.monotonic() - (t0 if i == 0 else started)
         row = catalogue.row(case, record_of(status, fired if i == 0 else None), seconds)
         say(f"{scenario.name}: {case.label}: {row['got']} ({row['reason']}, {row['score']})")
         rows.append(row)
+    if not incident_finished(kube.get_incident(ns, INCIDENT)):
+        # its load was given hours (load_seconds): it stops with the Incident
+        say(f"{scenario.name}: deleting the unfinished Incident; its load stops with it")
+        cluster.delete_incident(ns, INCIDENT)
     return rows
 
 
