@@ -167,7 +167,8 @@ def test_the_validation_incidents_load_outlasts_every_case_it_may_wait_for() -> 
     cases and the later ones were graded blind (Inconclusive, the load's series gone)."""
     cases = validate.kube_cases(POOL, fast=False)
     seconds = validate.load_seconds(POOL, len(cases))
-    rearm = POOL.verify.fire_timeout_seconds + 300
+    rearm = validate.fire_wait_seconds(POOL)
+    assert rearm == POOL.verify.fire_timeout_seconds + 300
     assert seconds >= rearm + len(cases) * (validate.CASE_WAIT_SECONDS + rearm)
     assert seconds > POOL.load.duration_seconds
     # the Incident carries it as its load override, which the CRD bounds at a day

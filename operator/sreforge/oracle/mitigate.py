@@ -346,9 +346,12 @@ def _evaluate(obs: VerifyObservations, verify: VerifySpec) -> SubVerdict:
         before = [st for s, st in zip(samples, states, strict=True) if s.t <= budget_end]
         if SampleState.HARNESS in before or not before:
             reason, msg = Reason.INCONCLUSIVE, "telemetry was missing before any clear was seen"
-            blind = [s for s, st in zip(samples, states, strict=True) if st is SampleState.HARNESS]
-            if blind:
-                msg += f": {harness_gap(blind[0])}"
+            blind = next(
+                (s for s, st in zip(samples, states, strict=True) if st is SampleState.HARNESS),
+                None,
+            )
+            if blind is not None:
+                msg += f": {harness_gap(blind)}"
         elif SampleState.PROBE in before and SampleState.LOAD not in before:
             reason = Reason.NOT_CLEARED
             msg = (

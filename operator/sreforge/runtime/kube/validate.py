@@ -219,13 +219,19 @@ def _user_workload(
 CASE_WAIT_SECONDS = 900
 
 
+def fire_wait_seconds(scenario: Scenario) -> int:
+    """The longest validation waits for the alert to fire: after the injection, or again
+    after a verdict before the next case (the scenario's fire timeout and 5 minutes)."""
+    return scenario.verify.fire_timeout_seconds + 300
+
+
 def load_seconds(scenario: Scenario, cases: int) -> int:
     """How long the validation Incident's load must last: as long as validation may wait on
     it, every case graded on the one Incident (its verdict, then the alert firing again
     before the next), within the longest load an Incident takes. The scenario's own
     duration (30 minutes) would end the load under a run of a dozen cases, and every case
     after that would be Inconclusive: graded blind."""
-    rearm = scenario.verify.fire_timeout_seconds + 300
+    rearm = fire_wait_seconds(scenario)
     wanted = rearm + cases * (CASE_WAIT_SECONDS + rearm)
     return min(DAY_SECONDS, max(scenario.load.duration_seconds, wanted))
 
@@ -377,7 +383,7 @@ def validate_scenario(
     body = incident_body(
         scenario, ns, prometheus_url, sustain_seconds, load_seconds(scenario, len(cases))
     )
-    fire_timeout = scenario.verify.fire_timeout_seconds + 300
+    fire_timeout = fire_wait_seconds(scenario)
     fired = _start_incident(kube, body, fire_timeout, say)
     rows = []
     for i, case in enumerate(cases):
