@@ -390,6 +390,8 @@ def _validate_on_kube(args: argparse.Namespace, scenarios: list[Scenario]) -> in
             f"sreforge scenarios validate {scenario.name} --runtime kube"
             f" --sustain-seconds {args.sustain_seconds or 30}" + (" --fast" if args.fast else "")
         )
+        if args.control_seconds is not None:
+            command += f" --control-seconds {args.control_seconds}"
         try:
             mine = validate.validate_scenario(
                 kube,
@@ -399,12 +401,13 @@ def _validate_on_kube(args: argparse.Namespace, scenarios: list[Scenario]) -> in
                 ns,
                 sustain_seconds=args.sustain_seconds or 30,
                 fast=args.fast,
+                control_seconds=args.control_seconds,
                 say=lambda m: print(m, file=sys.stderr, flush=True),
             )
         except Exception as exc:  # one scenario's failure is its rows' error
             mine = [
                 catalogue.error_row(c, str(exc), 0.0)
-                for c in validate.kube_cases(scenario, fast=args.fast)
+                for c in validate.kube_cases(scenario, fast=args.fast, control=False)
             ]
         for row in mine:
             print(

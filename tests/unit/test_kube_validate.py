@@ -55,7 +55,7 @@ def test_the_cases_are_the_empty_patch_then_the_first_fix() -> None:
 
 
 def test_a_graded_submission_becomes_a_row() -> None:
-    empty, fix = validate.kube_cases(POOL)
+    empty, fix = validate.kube_cases(POOL, control=False)
     status = {
         "passed": False,
         "score": 0.25,
@@ -149,8 +149,39 @@ def test_every_case_is_the_empty_patch_then_the_decoys_then_every_fix() -> None:
     assert len(fixes) >= 2
     assert len(decoys) >= 1
     assert {c.label for c in cases} == {c.label for c in catalogue.cases(POOL)}
-    # a fix is graded as a fix: without the control window the local first fix carries
-    assert not any(c.control for c in cases)
+    # a fix is graded as a fix: the control window is shown by the empty patch's row, the
+    # first Incident's (a later Incident, after a fix passed, has none)
+    assert [c.control for c in cases] == [True] + [False] * (len(cases) - 1)
+    assert not any(c.control for c in validate.kube_cases(POOL, fast=False, control=False))
+
+
+def test_the_first_incidents_control_window_is_judged_on_the_empty_patchs_row() -> None:
+    """The operator holds the first Incident's load on the healthy build before it injects
+    (spec.controlSeconds, status.control): a page or the target alert there, or a restart,
+    makes the row a mismatch whatever the verdict; a quiet one shows its p95 headroom."""
+    held = validate.held_seconds(POOL, 30)
+    assert held == 30 + POOL.verify.soak_seconds[1]
+    body = validate.incident_body(POOL, "ns1", "http://prom:9090", 30, 3600, control_seconds=held)
+    assert body["spec"]["controlSeconds"] == held
+    assert "controlSeconds" not in validate.incident_body(POOL, "ns1", "http://p:9090", 30)["spec"]
+    # the load covers the window too
+    n = len(validate.kube_cases(POOL, fast=False))
+    assert validate.load_seconds(POOL, n, held) == validate.load_seconds(POOL, n) + held
+    empty, _ = validate.kube_cases(POOL)
+    status = {"passed": False, "score": 0.25, "reason": "NotCleared", "signals": {}}
+    p95 = {"load": {"checkout": 0.21}, "probe": {"checkout": 0.3}}
+    quiet = {"seconds": held, "targetFired": False, "pagesFired": [], "restarts": 0}
+    row = catalogue.row(empty, validate.record_of(status, 31.5, {**quiet, "p95ByRoute": p95}), 1.0)
+    assert (row["mismatch"], row["controlFired"], row["controlP95"]) == (None, False, p95)
+    for noisy in (
+        {**quiet, "pagesFired": ["PoolRouteLatencyHigh"]},
+        {**quiet, "targetFired": True},
+        {**quiet, "restarts": 1},
+        {k: v for k, v in quiet.items() if k != "targetFired"},  # Prometheus never read
+    ):
+        row = catalogue.row(empty, validate.record_of(status, 31.5, noisy), 1.0)
+        assert row["mismatch"] is not None
+        assert row["mismatch"].startswith("control window: the healthy build was not quiet")
 
 
 def test_an_incident_is_finished_only_in_a_terminal_phase() -> None:

@@ -112,6 +112,22 @@ class IncidentSpec(_Spec):
     automount_service_account_token: bool = False
     load: IncidentLoad | None = None
     verify: IncidentVerify | None = None
+    # a control window: the healthy build under the Incident's own load for this long
+    # before the regression is injected (None or 0: none); what it saw is status.control
+    control_seconds: Annotated[int, Field(ge=0, le=DAY_SECONDS)] | None = None
+
+
+class ControlSummary(_Status):
+    """The control window of spec.controlSeconds: what the scenario's alerts did on the healthy
+    build under the same load, before the injection (runtime/kube/incident.py)."""
+
+    seconds: Annotated[int, Field(ge=0, le=DAY_SECONDS)] | None = None
+    # None: Prometheus could not be read in the window (nothing was seen: not quiet)
+    target_fired: bool | None = None
+    pages_fired: list[str] = Field(default_factory=list)
+    restarts: Annotated[int, Field(ge=0)] | None = None
+    # the healthy build's highest p95 per route in the window, {"load"|"probe": {route: s}}
+    p95_by_route: dict[str, dict[str, float]] | None = None
 
 
 class VerdictSummary(_Status):
@@ -141,6 +157,7 @@ class IncidentStatus(_Status):
     fired_time: datetime | None = None
     brief: Annotated[str, Field(max_length=65_536)] | None = None
     verdict: VerdictSummary | None = None
+    control: ControlSummary | None = None
     mcp: McpAccess | None = None
     # the operator's persisted loop state: free-form on purpose
     loop: dict[str, Any] | None = None

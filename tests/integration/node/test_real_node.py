@@ -47,6 +47,8 @@ RUNNER_IMAGE = "sreforge/runner:dev"  # the load, prober and patch pods: no scen
 PROMETHEUS_IMAGE = "sreforge/prometheus:v3.16.0"
 HEALTHY = "sreforge/catalog:healthy"
 SOAK_LOW, SOAK_HIGH = 20, 40
+# the stampede Incident's control window: its load on the healthy build before the injection
+CONTROL_SECONDS = 20
 INCIDENT = "stampede-1"  # the name scenarios/latency-cache-stampede/incident.yaml gives it
 
 
@@ -454,6 +456,8 @@ def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
     # key must survive the operator's restart below (the same length is drawn again)
     shipped = yaml.safe_load((SCENARIO.directory / "incident.yaml").read_text())
     shipped["spec"]["verify"]["soakSeconds"] = [SOAK_LOW, SOAK_HIGH]
+    # and a control window first: the healthy build under the same load, its alerts read
+    shipped["spec"]["controlSeconds"] = CONTROL_SECONDS
     cluster.kubectl("apply", "-f", "-", input_text=json.dumps(shipped))
 
     def awaiting() -> bool:
@@ -475,6 +479,26 @@ def test_stampede_incident_graded_on_real_pods(demo: LocalCluster) -> None:
     assert pods
     assert all(p["status"]["phase"] == "Running" for p in pods)
     print(f"creation -> AwaitingSubmission: {fired_after:.1f}s")
+    # the control window ran before the injection, on the healthy build under the load and
+    # the prober (their series are the Incident's: the pods were labelled first), and the
+    # scenario's alerts stayed quiet there; its p95 per route is what the rules read
+    control = inc["status"]["control"]
+    print(f"control window: {control}")
+    assert control["seconds"] == CONTROL_SECONDS
+    assert (control["targetFired"], control["pagesFired"], control["restarts"]) == (False, [], 0)
+    routes = {r.name for r in SCENARIO.load.routes}
+    for source in ("load", "probe"):
+        seen = control["p95ByRoute"][source]
+        assert seen, control  # the window saw its requests
+        assert set(seen) <= routes, control
+        assert all(0 < s < 1 for s in seen.values()), control  # the healthy build is fast
+    said = [
+        e
+        for e in kubectl_json(cluster, "get", "events", "-n", DEMO_NS)["items"]
+        if e["reason"] == "ControlWindow" and e["involvedObject"]["name"] == INCIDENT
+    ]
+    assert said, "no ControlWindow Event"
+    assert f"for {CONTROL_SECONDS}s before the injection" in said[0]["message"]
     # the scenario's Redis, the operator's, owned by the Incident; the catalog points at it
     # and reaches it through its Service by name
     redis = kubectl_json(cluster, "get", "deploy", "-n", DEMO_NS, f"{INCIDENT}-redis")

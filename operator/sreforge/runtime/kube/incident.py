@@ -421,6 +421,7 @@ class IncidentRun:
         if not self.kube.wait_started(self.ns, load_job_name(self.name), timeout, self._stop):
             self.log.warning(f"the load Job's pod has not started within {timeout}s")
         self._await_learning()
+        self._control_window()
         self.kube.mutate_deployment(self.target_ns, self.target, swap)
         failpoint.reached("applied:inject")
         self.kube.wait_rollout(self.target_ns, self.target, timeout, self._stop)
@@ -441,6 +442,48 @@ class IncidentRun:
             f"the load and the prober had not started their schedules {wait:.0f}s "
             "after their pods: injecting the regression anyway"
         )
+
+    def _control_window(self) -> None:
+        """spec.controlSeconds: the healthy build under the Incident's own load and prober,
+        its pods labelled as the run's, for that long before the injection. The scenario's
+        target alert and every page must stay quiet and the build must not restart; what
+        they did goes to status.control, with the build's highest p95 per route: how far
+        below each latency page it sat (a quiet control is no proof of headroom). As a
+        local run's control window (runtime/environment.py). Measured once: an operator
+        that resumes the injection after it finds it in status."""
+        seconds = self.spec.control_seconds
+        status = self.kube.get_incident(self.ns, self.name) or self.incident
+        if not seconds or (status.get("status") or {}).get("control"):
+            return
+        assert self.telemetry is not None  # _await_prerequisites
+        message = (
+            f"control window: {self.target_ns}/{self.target} runs its healthy build under "
+            f"the Incident's load for {seconds}s before the injection"
+        )
+        self._persist([condition("Injected", False, "ControlWindow", message)])
+        self.kube.post_event(events.event(self.incident, events.NORMAL, "ControlWindow", message))
+        target = self.scenario.target_alert
+        fired: bool | None = None  # None until Prometheus is read once
+        pages: set[str] = set()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not self._stop.is_set():
+            s = self.telemetry.sample()
+            if s.firing is not None:
+                fired = bool(fired) or target in s.firing
+                pages |= s.pages & s.firing
+            self._stop.wait(1.0)
+        if self._stop.is_set():
+            return  # the operator stops: a resumed injection measures it again
+        control = {
+            "seconds": seconds,
+            "targetFired": fired,
+            "pagesFired": sorted(pages),
+            "restarts": self.kube.rollout_restarts(self.target_ns, self.target),
+            "p95ByRoute": self.telemetry.p95_by_route(seconds),
+        }
+        quiet = fired is False and not pages and not control["restarts"]
+        self.log.info(f"control window: {'quiet' if quiet else 'NOT quiet'}: {control}")
+        self._persist(extra={"control": control})
 
     def _start_dependencies(self) -> None:
         """The scenario's Redis, PostgreSQL and upstreams in the Incident's namespace (owned

@@ -9,6 +9,7 @@ with `prometheus.enabled`), and have the scenario's images (hack/images.sh).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -225,14 +226,21 @@ def fire_wait_seconds(scenario: Scenario) -> int:
     return scenario.verify.fire_timeout_seconds + 300
 
 
-def load_seconds(scenario: Scenario, cases: int) -> int:
+def held_seconds(scenario: Scenario, sustain_seconds: int | None) -> int:
+    """The control window of a validation, as locally: as long as a fix is held (the
+    sustained window and the longest soak)."""
+    sustain = sustain_seconds or scenario.verify.sustain_seconds
+    return int(sustain + scenario.verify.soak_seconds[1])
+
+
+def load_seconds(scenario: Scenario, cases: int, control: int = 0) -> int:
     """How long the validation Incident's load must last: as long as validation may wait on
-    it, every case graded on the one Incident (its verdict, then the alert firing again
-    before the next), within the longest load an Incident takes. The scenario's own
-    duration (30 minutes) would end the load under a run of a dozen cases, and every case
-    after that would be Inconclusive: graded blind."""
+    it, the control window, then every case graded on the one Incident (its verdict, then
+    the alert firing again before the next), within the longest load an Incident takes.
+    The scenario's own duration (30 minutes) would end the load under a run of a dozen
+    cases, and every case after that would be Inconclusive: graded blind."""
     rearm = fire_wait_seconds(scenario)
-    wanted = rearm + cases * (CASE_WAIT_SECONDS + rearm)
+    wanted = control + rearm + cases * (CASE_WAIT_SECONDS + rearm)
     return min(DAY_SECONDS, max(scenario.load.duration_seconds, wanted))
 
 
@@ -242,6 +250,8 @@ def incident_body(
     prometheus_url: str,
     sustain_seconds: int | None,
     load_duration_seconds: int | None = None,
+    *,
+    control_seconds: int | None = None,
 ) -> dict[str, Any]:
     verify: dict[str, Any] = {}
     if sustain_seconds is not None:
@@ -258,6 +268,7 @@ def incident_body(
             "loadRunner": "builtin",
             **({"load": load} if load else {}),
             **({"verify": verify} if verify else {}),
+            **({"controlSeconds": control_seconds} if control_seconds else {}),
         },
     }
 
@@ -271,8 +282,13 @@ def submission_body(ns: str, name: str, patch: str) -> dict[str, Any]:
     }
 
 
-def record_of(status: dict[str, Any], fired_seconds: float | None) -> dict[str, Any]:
-    """A graded Submission's status as the run record fields catalogue.row reads."""
+def record_of(
+    status: dict[str, Any],
+    fired_seconds: float | None,
+    control: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A graded Submission's status as the run record fields catalogue.row reads, with
+    the Incident's control window (its status.control) for the case that shows it."""
     signals = status.get("signals") or {}
     failing = [n for n, s in signals.items() if float(s.get("credit", 0.0)) < 1.0]
     stamps: dict[str, str] = {}
@@ -288,6 +304,7 @@ def record_of(status: dict[str, Any], fired_seconds: float | None) -> dict[str, 
         "timestamps": stamps,
         # the soak drawn for it, published with the verdict (none if never rolled out)
         "soak": status.get("soak"),
+        "control": control,
     }
 
 
@@ -299,12 +316,16 @@ def _verdict_message(status: dict[str, Any]) -> str:
     return str(status.get("ciFeedback") or "")
 
 
-def kube_cases(scenario: Scenario, *, fast: bool = True) -> list[catalogue.Case]:
+def kube_cases(
+    scenario: Scenario, *, fast: bool = True, control: bool = True
+) -> list[catalogue.Case]:
     """The empty patch first, then (unless `fast`) every decoy, then the first fix (fast)
     or every fix: what fails is graded on one Incident, and a passing fix finishes it, so
-    the case after a fix starts on a new Incident (validate_scenario)."""
+    the case after a fix starts on a new Incident (validate_scenario). With `control`, the
+    empty patch's row carries the first Incident's control window (judged quiet or not)."""
     all_cases = catalogue.cases(scenario)
     empty = next(c for c in all_cases if c.patch is None)
+    empty = dataclasses.replace(empty, control=control)
     fixes = [catalogue.Case(scenario, c.patch, "pass") for c in all_cases if c.expected == "pass"]
     if fast:
         return [empty, fixes[0]]
@@ -360,14 +381,18 @@ def validate_scenario(
     *,
     sustain_seconds: int | None = 30,
     fast: bool = True,
+    control_seconds: int | None = None,
     say: Callable[[str], None] = lambda _: None,
 ) -> list[dict[str, Any]]:
     """Deploy the healthy service in `ns`, create the Incident, submit the cases of
     kube_cases (fast: the empty patch and the first fix) one after another, and return
-    their rows (catalogue.row) once the operator graded them. A case that finds the
-    Incident finished (a fix passed it, or a harness fault ended it) gets a new one: the
-    old one deleted (its finalizer gives the Deployment its healthy image back) and made
-    again, its alert firing again, before the Submission."""
+    their rows (catalogue.row) once the operator graded them. The first Incident holds
+    its load on the healthy build for a control window before the injection
+    (`control_seconds`; None: as long as a fix is held, 0: none), which the empty
+    patch's row shows. A case that finds the Incident finished (a fix passed it, or a
+    harness fault ended it) gets a new one, without a control window: the old one
+    deleted (its finalizer gives the Deployment its healthy image back) and made again,
+    its alert firing again, before the Submission."""
     cluster = Cluster(kube)
     cluster.create_namespace(ns)
     for obj in healthy_target(scenario, ns, cfg):
@@ -379,12 +404,21 @@ def validate_scenario(
             if not ok:
                 raise RuntimeError(f"Job {ns}/{obj['metadata']['name']} failed: {details}")
     t0 = time.monotonic()
-    cases = kube_cases(scenario, fast=fast)
-    body = incident_body(
-        scenario, ns, prometheus_url, sustain_seconds, load_seconds(scenario, len(cases))
-    )
+    if control_seconds is None:
+        control_seconds = held_seconds(scenario, sustain_seconds)
+    cases = kube_cases(scenario, fast=fast, control=control_seconds > 0)
+    length = load_seconds(scenario, len(cases), control_seconds)
+    body = incident_body(scenario, ns, prometheus_url, sustain_seconds, length)
     fire_timeout = fire_wait_seconds(scenario)
-    fired = _start_incident(kube, body, fire_timeout, say)
+    first = incident_body(
+        scenario, ns, prometheus_url, sustain_seconds, length, control_seconds=control_seconds
+    )
+    if control_seconds:
+        say(f"{scenario.name}: a {control_seconds}s control window on the healthy build first")
+    fired = _start_incident(kube, first, fire_timeout + control_seconds, say)
+    control = ((kube.get_incident(ns, INCIDENT) or {}).get("status") or {}).get("control")
+    if control_seconds:
+        say(f"{scenario.name}: control window: {control}")
     rows = []
     for i, case in enumerate(cases):
         if i > 0 and _settled(kube, ns, fire_timeout) in TERMINAL:
@@ -408,7 +442,8 @@ def validate_scenario(
 
         status = _wait(f"Submission {name}", graded, CASE_WAIT_SECONDS)
         seconds = time.monotonic() - (t0 if i == 0 else started)
-        row = catalogue.row(case, record_of(status, fired if i == 0 else None), seconds)
+        record = record_of(status, fired if i == 0 else None, control if i == 0 else None)
+        row = catalogue.row(case, record, seconds)
         say(f"{scenario.name}: {case.label}: {row['got']} ({row['reason']}, {row['score']})")
         rows.append(row)
     if not incident_finished(kube.get_incident(ns, INCIDENT)):
