@@ -65,6 +65,9 @@ class Resumed(_Frozen):
 class Injected(_Frozen):
     kind: Literal["injected"] = "injected"
     t: float
+    # when the load and the prober stop by themselves (an Incident's load.durationSeconds
+    # after they started); None: they run as long as the run
+    load_ends_at: float | None = None
 
 
 class Sampled(_Frozen):
@@ -199,6 +202,9 @@ class RunState(BaseModel):
     verdict: Verdict | None = None
     restored_at: float | None = None
     fault: str | None = None
+    # when the load stops by itself (Injected.load_ends_at); a case needs it to run through
+    # its clear budget, window and soak (load_left)
+    load_ends_at: float | None = None
     # the rolled-out target was changed during verification (the change, named): the run
     # failed NotCleared and ends, its environment is no longer the one rolled out
     tampered: str | None = None
@@ -313,14 +319,19 @@ def step(state: RunState, event: Event) -> list[Action]:
             return [Action.INJECT]
         case (_, Resumed()):
             return list(RESUME_ACTIONS[state.phase])
-        case (Phase.INJECTING, Injected(t=t)):
+        case (Phase.INJECTING, Injected(t=t, load_ends_at=ends)):
             state.injected_at = t
+            state.load_ends_at = ends
             state.phase = Phase.AWAITING_FIRE
             return [Action.SAMPLE]
         case (Phase.AWAITING_SUBMISSION, Submitted(t=t)):
             state.submitted_at = t
             state.graded += 1
             state.phase = Phase.CI
+            short = load_too_short(state, t)
+            if short is not None:  # graded blind if it went on: nothing is run
+                state.fault = short
+                return _finish_with(state, _inconclusive(state, short))
             return [Action.RUN_CI]
         case (Phase.CI, CIFinished(t=t, result=result)):
             state.ci = result
@@ -365,6 +376,26 @@ def more_cases(state: RunState) -> bool:
     )
 
 
+def load_too_short(state: RunState, t: float) -> str | None:
+    """Why no case can be graded from `t` on, because the load stops by itself before a
+    fix could be held (its clear budget, its sustained window and the longest soak), or
+    None. A case graded past the load's end would be graded blind (Inconclusive, the load's
+    series gone), so the run ends at the last moment a case could still be held."""
+    if state.load_ends_at is None:
+        return None
+    v = state.verify
+    needed = v.clear_budget_seconds + v.sustain_seconds + v.soak_seconds[1]
+    left = state.load_ends_at - t
+    if left >= needed:
+        return None
+    return (
+        f"the Incident's load stops by itself in {max(0.0, left):.0f}s (load.durationSeconds), "
+        f"too soon to hold a fix through its {v.clear_budget_seconds:g}s clear budget, "
+        f"{v.sustain_seconds:g}s window and up to {v.soak_seconds[1]:g}s of soak: nothing "
+        "more can be graded; give the Incident a longer load.durationSeconds"
+    )
+
+
 def _rearm(state: RunState) -> None:
     """The baseline (regressed) build is back: wait for the alert to fire again before the
     next case. The graded case's part of the state was recorded before the restore."""
@@ -394,6 +425,11 @@ def _on_sample(state: RunState, sample: AlertSample) -> list[Action]:
 
 def _observe(state: RunState, sample: AlertSample) -> list[Action]:
     state.samples.append(sample)
+    if state.phase in (Phase.AWAITING_FIRE, Phase.AWAITING_SUBMISSION):
+        short = load_too_short(state, sample.t)
+        if short is not None:
+            state.fault = short
+            return _finish_with(state, _inconclusive(state, short))
     if state.phase is Phase.AWAITING_FIRE:
         assert state.injected_at is not None
         if sample.firing is not None and state.target_alert in sample.firing:

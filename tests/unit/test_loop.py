@@ -389,3 +389,38 @@ def test_a_target_changed_event_survives_a_json_round_trip() -> None:
     again = RunState.model_validate_json(st.model_dump_json())
     assert again.tampered == "Service spec.selector.app: a -> b"
     assert again.verdict == st.verdict
+
+
+def test_the_run_ends_when_its_load_could_no_longer_hold_a_case() -> None:
+    """An Incident's load stops by itself (load.durationSeconds). A case graded past its
+    end is graded blind, so the run ends Inconclusive, naming the setting, at the last
+    moment a fix could still be held through its clear budget, window and soak; a
+    Submission that comes later is not run at all."""
+    st = operator_state()  # clear budget 60 s (the default), window 20 s, no soak
+    assert loop.step(st, loop.Start(t=0)) == [Action.INJECT]
+    assert loop.step(st, loop.Injected(t=1, load_ends_at=200)) == [Action.SAMPLE]
+    assert st.load_ends_at == 200
+    assert loop.step(st, sampled(3, TARGET)) == [Action.HAND_OFF]
+    assert loop.step(st, sampled(119, TARGET)) == [Action.SAMPLE]  # 81 s left: 80 needed
+    assert loop.step(st, sampled(121, TARGET)) == [Action.RECORD, Action.RESTORE]
+    assert st.verdict is not None
+    assert st.verdict.reason is Reason.INCONCLUSIVE
+    assert "load.durationSeconds" in st.verdict.message
+    assert "stops by itself in 79s" in st.verdict.message
+    assert not loop.more_cases(st)
+    # a Submission handed in too late is not run: it would be graded blind
+    late = operator_state()
+    to_handoff(late)
+    late.load_ends_at = 50
+    assert loop.step(late, loop.Submitted(t=4)) == [Action.RECORD, Action.RESTORE]
+    assert late.ci is None
+    assert late.verdict is not None
+    assert late.verdict.reason is Reason.INCONCLUSIVE
+    # in time, it is graded; and a run whose load lasts as long as it does never ends so
+    ok = operator_state()
+    to_handoff(ok)
+    ok.load_ends_at = 90
+    assert loop.step(ok, loop.Submitted(t=4)) == [Action.RUN_CI]
+    forever = operator_state()
+    to_handoff(forever)
+    assert loop.step(forever, sampled(10**7, TARGET)) == [Action.SAMPLE]

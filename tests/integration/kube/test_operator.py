@@ -219,7 +219,9 @@ def make_incident(
                 "targetDeployment": target,
                 "prometheusURL": env["prom"].url,
                 "loadRunner": runner,
-                "load": {"rate": 5, "durationSeconds": 900},
+                # long enough for every test of the module that shares an Incident: a
+                # run ends once its load could no longer hold a case (sreforge.loop)
+                "load": {"rate": 5, "durationSeconds": 3600},
                 "verify": {"fireTimeoutSeconds": fire_timeout},
                 **spec,
             },
@@ -714,6 +716,42 @@ def test_fire_timeout_finishes_and_refuses_late_submissions(env: dict[str, Any])
     # the load stopped with the run (the case's finished fresh-state Job stays, owned by
     # the Incident, until it is deleted)
     wait_for("the load Job to be deleted", lambda: not load_jobs(env, "inc-b"))
+
+
+def test_the_run_ends_when_its_load_could_no_longer_hold_a_case(env: dict[str, Any]) -> None:
+    """The load stops by itself after load.durationSeconds: once what is left of it could
+    not hold a fix through its clear budget, window and soak, the run ends Inconclusive and
+    says which setting, rather than wait for Submissions it would grade blind."""
+    make_target(env, "catalog-l")
+    make_incident(
+        env,
+        "inc-l",
+        "catalog-l",
+        load={"rate": 5, "durationSeconds": 30},
+        verify={
+            "fireTimeoutSeconds": 600,
+            "sustainSeconds": 10,
+            "clearBudgetSeconds": 10,
+            "soakSeconds": [0, 0],
+        },
+    )
+    wait_for(
+        "the run to end",
+        lambda: (cond(get(env, "incidents", "inc-l"), "Finished") or {}).get("status") == "True",
+        120,
+    )
+    done = cond(get(env, "incidents", "inc-l"), "Finished")
+    assert done is not None
+    assert done["reason"] == "Inconclusive", done
+    st = get(env, "incidents", "inc-l")["status"]
+    assert st["verdict"]["reason"] == "Inconclusive"
+    ends = st["loop"]["state"]["load_ends_at"]
+    assert ends is not None
+    assert "load.durationSeconds" in done["message"], done
+    # it ended when 20 s of load were left (clear budget and window), not at the fire timeout
+    fired = cond(get(env, "incidents", "inc-l"), "AlertFiring")
+    assert fired is not None
+    assert "stops by itself in" in fired["message"], fired
 
 
 def test_killed_operator_resumes_the_same_run(env: dict[str, Any]) -> None:

@@ -571,6 +571,17 @@ class Kube:
         return f"http://{name}.{ns}.svc.cluster.local:{ports[0].port}"
 
     # --- jobs
+    def job_created(self, ns: str, name: str) -> float | None:
+        """When the Job was created (epoch seconds), or None if there is no such Job."""
+        try:
+            job = self.batch.read_namespaced_job(name, ns)
+        except self._exc as exc:
+            if self._status(exc) == 404:
+                return None
+            raise
+        created = job.metadata.creation_timestamp
+        return None if created is None else float(created.timestamp())
+
     def job_outcome(self, ns: str, name: str) -> tuple[bool | None, dict[str, Any]]:
         """(None while running | True succeeded | False failed, details of its pod)."""
         try:

@@ -420,12 +420,16 @@ class IncidentRun:
             self.kube.create(obj)
         if not self.kube.wait_started(self.ns, load_job_name(self.name), timeout, self._stop):
             self.log.warning(f"the load Job's pod has not started within {timeout}s")
+        # it stops by itself after its duration, counted from its creation (a resumed
+        # injection finds the same Job): no case is started that it could not cover
+        created = self.kube.job_created(self.ns, load_job_name(self.name)) or time.time()
+        load_ends_at = created + profile.duration_seconds
         self._await_learning()
         self._control_window()
         self.kube.mutate_deployment(self.target_ns, self.target, swap)
         failpoint.reached("applied:inject")
         self.kube.wait_rollout(self.target_ns, self.target, timeout, self._stop)
-        return loop.Injected(t=time.time())
+        return loop.Injected(t=time.time(), load_ends_at=load_ends_at)
 
     def _await_learning(self) -> None:
         """Wait until the load and the prober run their schedules: they have learned their
