@@ -718,6 +718,39 @@ def test_fire_timeout_finishes_and_refuses_late_submissions(env: dict[str, Any])
     wait_for("the load Job to be deleted", lambda: not load_jobs(env, "inc-b"))
 
 
+def test_a_control_window_holds_the_load_on_the_healthy_build_first(env: dict[str, Any]) -> None:
+    """spec.controlSeconds: the target's pods are the run's (labelled) and its load runs,
+    on the healthy build, before the regressed one is swapped in; status.control says what
+    the alerts did there (this Prometheus scrapes nothing: quiet, no latency seen). On real
+    pods, with real series, tests/integration/node/test_real_node.py."""
+    make_target(env, "catalog-w")
+    make_incident(env, "inc-w", "catalog-w", controlSeconds=6)
+
+    def in_window() -> bool:
+        c = cond(get(env, "incidents", "inc-w"), "Injected") or {}
+        return c.get("reason") == "ControlWindow"
+
+    wait_for("the control window", in_window, 90)
+    assert container_image(env, "catalog-w") == HEALTHY
+    assert pod_incident(env, "catalog-w") == "inc-w"
+    assert load_jobs(env, "inc-w")
+    said = cond(get(env, "incidents", "inc-w"), "Injected")
+    assert said is not None
+    assert "for 6s before the injection" in said["message"], said
+    wait_for(
+        "the injection after the window",
+        lambda: (cond(get(env, "incidents", "inc-w"), "Injected") or {}).get("status") == "True",
+        60,
+    )
+    assert container_image(env, "catalog-w") == REGRESSED
+    control = get(env, "incidents", "inc-w")["status"]["control"]
+    assert control["seconds"] == 6
+    assert (control["targetFired"], control["pagesFired"]) == (False, [])
+    assert control["p95ByRoute"] == {"load": {}, "probe": {}}
+    assert [e.reason for e in domain_events(env, "inc-w")].count("ControlWindow") == 1
+    env["custom"].delete_namespaced_custom_object(GROUP, VERSION, NS, "incidents", "inc-w")
+
+
 def test_the_run_ends_when_its_load_could_no_longer_hold_a_case(env: dict[str, Any]) -> None:
     """The load stops by itself after load.durationSeconds: once what is left of it could
     not hold a fix through its clear budget, window and soak, the run ends Inconclusive and

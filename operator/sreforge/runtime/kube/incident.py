@@ -296,6 +296,7 @@ class IncidentRun:
     def _on_phase_change(self) -> None:
         st = self.p.state
         conds: list[Condition] = []
+        extra: dict[str, Any] = {}
         if st.phase is Phase.AWAITING_FIRE and st.graded == 0:
             conds.append(
                 condition(
@@ -315,6 +316,10 @@ class IncidentRun:
                     f"waiting up to {st.verify.fire_timeout_seconds}s for {st.target_alert}",
                 )
             )
+        elif st.phase is Phase.AWAITING_SUBMISSION:
+            # the phase with what the hand-off says, in one write: whoever sees the phase
+            # also finds the brief and AlertFiring True
+            conds, extra = self._handed_off()
         elif st.phase is Phase.AWAITING_FIRE:
             wait = st.rearm_timeout_seconds or st.verify.fire_timeout_seconds
             conds.append(
@@ -326,7 +331,7 @@ class IncidentRun:
                     f"{st.target_alert} to fire again before the next Submission",
                 )
             )
-        self._persist(conds)
+        self._persist(conds, extra)
 
     # --- actions (sreforge.runtime.driver.Runtime)
     def _await_prerequisites(self) -> None:
@@ -456,8 +461,8 @@ class IncidentRun:
         local run's control window (runtime/environment.py). Measured once: an operator
         that resumes the injection after it finds it in status."""
         seconds = self.spec.control_seconds
-        status = self.kube.get_incident(self.ns, self.name) or self.incident
-        if not seconds or (status.get("status") or {}).get("control"):
+        current = self.kube.get_incident(self.ns, self.name) or self.incident
+        if not seconds or (current.get("status") or {}).get("control"):
             return
         assert self.telemetry is not None  # _await_prerequisites
         message = (
@@ -547,28 +552,32 @@ class IncidentRun:
         )
 
     def hand_off(self) -> None:
+        """The brief and the conditions that say the alert fired. Written with the phase
+        as it turns AwaitingSubmission (_on_phase_change), so that no reader ever sees that
+        phase without them; again here, for a resumed run whose write may have been lost."""
+        self._persist(*self._handed_off())
+        # the Submission comes through `poll`
+
+    def _handed_off(self) -> tuple[list[Condition], dict[str, Any]]:
         brief = self.scenario.brief_path.read_text(encoding="utf-8")  # never root_cause.md
         st = self.p.state
         tools = " (or use the MCP tools at status.mcp.url)" if self.cfg.mcp_url else ""
-        self._persist(
-            [
-                condition(
-                    "AlertFiring",
-                    True,
-                    "TargetAlertFiring",
-                    f"{st.target_alert} fired "
-                    f"{(st.fired_at or 0) - (st.injected_at or 0):.0f}s after the injection",
-                ),
-                condition(
-                    "AwaitingSubmission",
-                    True,
-                    "HandedOff",
-                    f"the brief is in status.brief; create a Submission{tools}",
-                ),
-            ],
-            {"brief": brief[:65_000]},
-        )
-        # the Submission comes through `poll`
+        conds = [
+            condition(
+                "AlertFiring",
+                True,
+                "TargetAlertFiring",
+                f"{st.target_alert} fired "
+                f"{(st.fired_at or 0) - (st.injected_at or 0):.0f}s after the injection",
+            ),
+            condition(
+                "AwaitingSubmission",
+                True,
+                "HandedOff",
+                f"the brief is in status.brief; create a Submission{tools}",
+            ),
+        ]
+        return conds, {"brief": brief[:65_000]}
 
     def _next_submission(self) -> str | None:
         return next_queued(self.kube, self.ns, self.name, self.p.graded)
