@@ -203,7 +203,7 @@ class RunState(BaseModel):
     restored_at: float | None = None
     fault: str | None = None
     # when the load stops by itself (Injected.load_ends_at); a case needs it to run through
-    # its clear budget, window and soak (load_left)
+    # its clear budget, window and soak (load_too_short)
     load_ends_at: float | None = None
     # the rolled-out target was changed during verification (the change, named): the run
     # failed NotCleared and ends, its environment is no longer the one rolled out
