@@ -248,6 +248,8 @@ class IncidentRun:
         }
 
     def stepped(self, before: Phase, event: loop.Event) -> None:
+        if isinstance(event, loop.Fault):  # what ends the run Inconclusive, in the log too
+            self.log.error(f"harness fault in phase {before}: {event.reason}")
         if self.p.state.phase is not before:
             self._on_phase_change()
         elif (
