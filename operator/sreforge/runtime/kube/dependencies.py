@@ -346,8 +346,9 @@ def render_prepare_job(
 
 def _flushall(cfg: OperatorConfig, host: str) -> dict[str, Any]:
     """A container of the Redis image that empties the Incident's Redis (redis-cli says
-    OK; anything else fails the Job)."""
-    script = f'test "$(redis-cli -h {host} -p {REDIS_PORT} FLUSHALL)" = OK'
+    OK; anything else fails the Job). The server as one host:port URL, as every other
+    address a pod of the run is given (the kubelet stand-in of tests/standin maps those)."""
+    script = f'test "$(redis-cli -u redis://{host}:{REDIS_PORT} FLUSHALL)" = OK'
     return _shell_box("redis-flushall", cfg.image("redis", REDIS_TAG), script)
 
 
