@@ -200,7 +200,9 @@ def test_every_case_starts_on_an_empty_redis() -> None:
     assert job["spec"]["backoffLimit"] == 1
     [box] = job["spec"]["template"]["spec"]["containers"]
     assert box["image"] == "reg.local/sreforge/redis:7"
-    assert box["command"][-1] == 'test "$(redis-cli -u redis://inc-redis.apps.svc:6379 FLUSHALL)" = OK'
+    assert (
+        box["command"][-1] == 'test "$(redis-cli -u redis://inc-redis.apps.svc:6379 FLUSHALL)" = OK'
+    )
     assert box["securityContext"]["readOnlyRootFilesystem"] is True
 
 
