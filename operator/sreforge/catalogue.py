@@ -172,6 +172,18 @@ def cases(scenario: Scenario) -> list[Case]:
     return out
 
 
+def held_seconds(
+    scenario: Scenario,
+    sustain_seconds: float | None = None,
+    soak_seconds: tuple[float, float] | None = None,
+) -> int:
+    """A validation's control window: as long as a fix is held, the sustained window and
+    the longest soak (the scenario's, unless given), locally and on a cluster."""
+    sustain = sustain_seconds or scenario.verify.sustain_seconds
+    soak = soak_seconds or scenario.verify.soak_seconds
+    return int(sustain + soak[1])
+
+
 def judged(case: Case, record: dict[str, Any]) -> tuple[str, str | None]:
     """("pass"|"fail", why the outcome does not match the case, or None when it matches)."""
     got = "pass" if record.get("passed") else "fail"

@@ -218,9 +218,7 @@ def _control_seconds(args: argparse.Namespace, scenario: Scenario) -> int:
     """The control window of a validation: as given, else as long as a fix is held."""
     if args.control_seconds is not None:
         return int(args.control_seconds)
-    sustain = args.sustain_seconds or scenario.verify.sustain_seconds
-    soak = args.soak_seconds or scenario.verify.soak_seconds
-    return int(sustain + soak[1])
+    return catalogue.held_seconds(scenario, args.sustain_seconds, args.soak_seconds)
 
 
 def soak_range(text: str) -> tuple[float, float]:

@@ -159,7 +159,7 @@ def test_the_first_incidents_control_window_is_judged_on_the_empty_patchs_row() 
     """The operator holds the first Incident's load on the healthy build before it injects
     (spec.controlSeconds, status.control): a page or the target alert there, or a restart,
     makes the row a mismatch whatever the verdict; a quiet one shows its p95 headroom."""
-    held = validate.held_seconds(POOL, 30)
+    held = catalogue.held_seconds(POOL, 30)
     assert held == 30 + POOL.verify.soak_seconds[1]
     body = validate.incident_body(POOL, "ns1", "http://prom:9090", 30, 3600, control_seconds=held)
     assert body["spec"]["controlSeconds"] == held

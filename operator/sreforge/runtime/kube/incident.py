@@ -463,8 +463,10 @@ class IncidentRun:
         local run's control window (runtime/environment.py). Measured once: an operator
         that resumes the injection after it finds it in status."""
         seconds = self.spec.control_seconds
+        if not seconds:
+            return
         current = self.kube.get_incident(self.ns, self.name) or self.incident
-        if not seconds or (current.get("status") or {}).get("control"):
+        if (current.get("status") or {}).get("control"):
             return
         assert self.telemetry is not None  # _await_prerequisites
         message = (

@@ -226,13 +226,6 @@ def fire_wait_seconds(scenario: Scenario) -> int:
     return scenario.verify.fire_timeout_seconds + 300
 
 
-def held_seconds(scenario: Scenario, sustain_seconds: int | None) -> int:
-    """The control window of a validation, as locally: as long as a fix is held (the
-    sustained window and the longest soak)."""
-    sustain = sustain_seconds or scenario.verify.sustain_seconds
-    return int(sustain + scenario.verify.soak_seconds[1])
-
-
 def load_seconds(scenario: Scenario, cases: int, control: int = 0) -> int:
     """How long the validation Incident's load must last: as long as validation may wait on
     it, the control window, then every case graded on the one Incident (its verdict, then
@@ -405,7 +398,7 @@ def validate_scenario(
                 raise RuntimeError(f"Job {ns}/{obj['metadata']['name']} failed: {details}")
     t0 = time.monotonic()
     if control_seconds is None:
-        control_seconds = held_seconds(scenario, sustain_seconds)
+        control_seconds = catalogue.held_seconds(scenario, sustain_seconds)
     cases = kube_cases(scenario, fast=fast, control=control_seconds > 0)
     length = load_seconds(scenario, len(cases), control_seconds)
     body = incident_body(scenario, ns, prometheus_url, sustain_seconds, length)
