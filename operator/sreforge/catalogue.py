@@ -27,6 +27,7 @@ from sreforge.api.scenario import RequiredDecoyClass, Scenario
 from sreforge.api.verdict import Reason
 from sreforge.markdown import remove_section, write_section
 from sreforge.scenarios import decoys, fixes
+from sreforge.telemetry import control_quiet
 
 EMPTY = "empty"
 _EXPECT = re.compile(r"^#\s*expect:\s*(?P<names>[A-Za-z|, ]+)$", re.MULTILINE)
@@ -189,11 +190,7 @@ def judged(case: Case, record: dict[str, Any]) -> tuple[str, str | None]:
     got = "pass" if record.get("passed") else "fail"
     reason = str(record.get("reason"))
     control = record.get("control") or {}
-    if case.control and (
-        control.get("targetFired") is not False
-        or control.get("pagesFired")
-        or control.get("restarts")
-    ):
+    if case.control and not control_quiet(control):
         return got, f"control window: the healthy build was not quiet ({control})"
     if got != case.expected:
         return got, f"expected {case.expected}, got {got} ({reason}: {record.get('message')})"

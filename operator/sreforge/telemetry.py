@@ -11,16 +11,20 @@ has a Prometheus of its own: no scope, and its targets carry neither label.
 from __future__ import annotations
 
 import re
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from sreforge.api.observation import AlertSample, LoadStats, ProbeStats
+
+if TYPE_CHECKING:
+    from sreforge.runtime.driver import Stop
 
 LOAD_JOB = "loadgen"
 PROBE_JOB = "prober"
@@ -245,6 +249,54 @@ class Telemetry:
             )
         except _ERRORS:
             return []
+
+
+def control_window(
+    telemetry: Telemetry,
+    target_alert: str,
+    seconds: int,
+    *,
+    restarts: Callable[[], int | None],
+    stop: Stop | None = None,
+) -> dict[str, Any] | None:
+    """Watch the healthy build under the run's load for `seconds` (a validation's control
+    window, locally and on a cluster): whether the target alert or any page fired, how often
+    the build restarted meanwhile (`restarts()` counts the build's restarts; None when
+    unreadable), and its highest p95 per route: how far below each latency page it sat (a
+    quiet control is no proof of headroom). `targetFired` stays None when Prometheus was
+    never read, which is not quiet. None if `stop` is set first."""
+    if stop is None:
+        stop = threading.Event()
+    before = restarts()
+    fired: bool | None = None
+    pages: set[str] = set()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not stop.is_set():
+        s = telemetry.sample()
+        if s.firing is not None:
+            fired = bool(fired) or target_alert in s.firing
+            pages |= s.pages & s.firing
+        stop.wait(1.0)
+    if stop.is_set():
+        return None
+    after = restarts()
+    return {
+        "seconds": seconds,
+        "targetFired": fired,
+        "pagesFired": sorted(pages),
+        "restarts": None if before is None or after is None else after - before,
+        "p95ByRoute": telemetry.p95_by_route(seconds),
+    }
+
+
+def control_quiet(control: Mapping[str, Any]) -> bool:
+    """A control window's observation is quiet: Prometheus was read and the target alert
+    never fired, no page fired, the build did not restart."""
+    return (
+        control.get("targetFired") is False
+        and not control.get("pagesFired")
+        and not control.get("restarts")
+    )
 
 
 def _dt(t: float) -> datetime:

@@ -30,7 +30,7 @@ from sreforge.runtime.confine import Place, Substrate
 from sreforge.runtime.harness import HARNESS_JOB, HarnessExporter, ScrapeProxy
 from sreforge.runtime.process import Managed, ProcessError, free_port, resolve_command
 from sreforge.runtime.prometheus import PrometheusServer
-from sreforge.telemetry import LOAD_JOB, PROBE_JOB, Telemetry
+from sreforge.telemetry import LOAD_JOB, PROBE_JOB, Telemetry, control_window
 
 # How long a swap waits for Prometheus to scrape the new build before stopping the old.
 SCRAPE_SWITCH_SECONDS = 10.0
@@ -595,27 +595,13 @@ class LocalEnvironment:
         target alert and every page must stay quiet, and the build must not restart. Its
         highest p95 per route is kept with the verdict."""
         assert self.telemetry is not None
-        target = self.scenario.target_alert
         self.say(f"control: healthy build under load for {self.control_seconds}s")
-        end = time.time() + self.control_seconds
-        fired = False
-        pages: set[str] = set()
-        restarts_before = self.restarts
-        while time.time() < end:
-            s = self.telemetry.sample()
-            if s.firing is not None:
-                fired = fired or target in s.firing
-                pages |= s.pages & s.firing
-            time.sleep(1)
-        self.control = {
-            "seconds": self.control_seconds,
-            "targetFired": fired,
-            "pagesFired": sorted(pages),
-            "restarts": self.restarts - restarts_before,
-            # how far below each latency page the healthy build sat: a quiet control is
-            # no proof of headroom (SCENARIOS.md prints these under the scenario's table)
-            "p95ByRoute": self.telemetry.p95_by_route(self.control_seconds),
-        }
+        self.control = control_window(
+            self.telemetry,
+            self.scenario.target_alert,
+            self.control_seconds,
+            restarts=lambda: self.restarts,
+        )
 
     # ----- observations ------------------------------------------------------------
     def generator_stats(self) -> dict[str, Any] | None:

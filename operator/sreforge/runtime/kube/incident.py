@@ -83,7 +83,7 @@ from sreforge.runtime.kube.status import (
     verdict_condition,
     verdict_status,
 )
-from sreforge.telemetry import Telemetry
+from sreforge.telemetry import Telemetry, control_quiet, control_window
 
 # Seconds between status writes while nothing but samples changes.
 PERSIST_EVERY_SECONDS = 5.0
@@ -475,27 +475,17 @@ class IncidentRun:
         )
         self._persist([condition("Injected", False, "ControlWindow", message)])
         self.kube.post_event(events.event(self.incident, events.NORMAL, "ControlWindow", message))
-        target = self.scenario.target_alert
-        fired: bool | None = None  # None until Prometheus is read once
-        pages: set[str] = set()
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not self._stop.is_set():
-            s = self.telemetry.sample()
-            if s.firing is not None:
-                fired = bool(fired) or target in s.firing
-                pages |= s.pages & s.firing
-            self._stop.wait(1.0)
-        if self._stop.is_set():
+        control = control_window(
+            self.telemetry,
+            self.scenario.target_alert,
+            seconds,
+            restarts=lambda: self.kube.rollout_restarts(self.target_ns, self.target),
+            stop=self._stop,
+        )
+        if control is None:
             return  # the operator stops: a resumed injection measures it again
-        control = {
-            "seconds": seconds,
-            "targetFired": fired,
-            "pagesFired": sorted(pages),
-            "restarts": self.kube.rollout_restarts(self.target_ns, self.target),
-            "p95ByRoute": self.telemetry.p95_by_route(seconds),
-        }
-        quiet = fired is False and not pages and not control["restarts"]
-        self.log.info(f"control window: {'quiet' if quiet else 'NOT quiet'}: {control}")
+        quiet = "quiet" if control_quiet(control) else "NOT quiet"
+        self.log.info(f"control window: {quiet}: {control}")
         self._persist(extra={"control": control})
 
     def _start_dependencies(self) -> None:
