@@ -267,7 +267,7 @@ def control_window(
     never read, which is not quiet. None if `stop` is set first."""
     if stop is None:
         stop = threading.Event()
-    before = restarts()
+    before = _read_restarts(restarts, stop)
     fired: bool | None = None
     pages: set[str] = set()
     deadline = time.monotonic() + seconds
@@ -279,7 +279,7 @@ def control_window(
         stop.wait(1.0)
     if stop.is_set():
         return None
-    after = restarts()
+    after = _read_restarts(restarts, stop)
     return {
         "seconds": seconds,
         "targetFired": fired,
@@ -289,13 +289,24 @@ def control_window(
     }
 
 
+def _read_restarts(restarts: Callable[[], int | None], stop: Stop, tries: int = 3) -> int | None:
+    """`restarts()`, asked again a second later while it is unreadable (one failed API
+    read must not leave the window's restarts unknown); None after `tries`."""
+    for _ in range(tries - 1):
+        n = restarts()
+        if n is not None or stop.wait(1.0):
+            return n
+    return restarts()
+
+
 def control_quiet(control: Mapping[str, Any]) -> bool:
     """A control window's observation is quiet: Prometheus was read and the target alert
-    never fired, no page fired, the build did not restart."""
+    never fired, no page fired, and the build's restarts were read and none happened (an
+    unread count is no proof of none, as an unread Prometheus is no proof of quiet)."""
     return (
         control.get("targetFired") is False
         and not control.get("pagesFired")
-        and not control.get("restarts")
+        and control.get("restarts") == 0
     )
 
 

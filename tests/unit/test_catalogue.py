@@ -53,7 +53,7 @@ def test_decoy_without_header_accepts_any_behavioural_failure(tmp_path: Path) ->
 def record(passed: bool, reason: str, control: bool | None = None) -> dict[str, object]:
     out: dict[str, object] = {"passed": passed, "reason": reason, "message": "m"}
     if control is not None:
-        out["control"] = {"seconds": 15, "targetFired": control}
+        out["control"] = {"seconds": 15, "targetFired": control, "pagesFired": [], "restarts": 0}
     return out
 
 
@@ -73,6 +73,11 @@ def record(passed: bool, reason: str, control: bool | None = None) -> dict[str, 
         (
             "fix",
             {**record(True, "Passed"), "control": {"targetFired": False, "restarts": 1}},
+            "not quiet",
+        ),
+        (  # restarts that could not be read are no proof of none
+            "fix",
+            {**record(True, "Passed"), "control": {"targetFired": False, "restarts": None}},
             "not quiet",
         ),
         ("warm-once-read-through", record(False, "Refired"), None),
@@ -103,7 +108,7 @@ def test_markdown_sections_per_scenario_keep_the_others(tmp_path: Path) -> None:
             "passed": True,
             "reason": "Passed",
             "score": 0.97,
-            "control": {"seconds": 15, "targetFired": False},
+            "control": {"seconds": 15, "targetFired": False, "restarts": 0},
             "timestamps": {
                 "injected": "2026-12-02T20:03:46+00:00",
                 "fired": "2026-12-02T20:03:54.5+00:00",

@@ -177,6 +177,7 @@ def test_the_first_incidents_control_window_is_judged_on_the_empty_patchs_row() 
         {**quiet, "pagesFired": ["PoolRouteLatencyHigh"]},
         {**quiet, "targetFired": True},
         {**quiet, "restarts": 1},
+        {**quiet, "restarts": None},  # the restarts could not be read
         {k: v for k, v in quiet.items() if k != "targetFired"},  # Prometheus never read
     ):
         row = catalogue.row(empty, validate.record_of(status, 31.5, noisy), 1.0)

@@ -459,9 +459,10 @@ class IncidentRun:
         its pods labelled as the run's, for that long before the injection. The scenario's
         target alert and every page must stay quiet and the build must not restart; what
         they did goes to status.control, with the build's highest p95 per route: how far
-        below each latency page it sat (a quiet control is no proof of headroom). As a
-        local run's control window (runtime/environment.py). Measured once: an operator
-        that resumes the injection after it finds it in status."""
+        below each latency page it sat (a quiet control is no proof of headroom). The same
+        observation as a local validation's (telemetry.control_window), the restarts read
+        from the Deployment's current pods. Measured once: an operator that resumes the
+        injection after it finds it in status."""
         seconds = self.spec.control_seconds
         if not seconds:
             return
