@@ -746,6 +746,7 @@ def test_a_control_window_holds_the_load_on_the_healthy_build_first(env: dict[st
     control = get(env, "incidents", "inc-w")["status"]["control"]
     assert control["seconds"] == 6
     assert (control["targetFired"], control["pagesFired"]) == (False, [])
+    assert control["restarts"] == 0  # read from the Deployment's current pods
     assert control["p95ByRoute"] == {"load": {}, "probe": {}}
     assert [e.reason for e in domain_events(env, "inc-w")].count("ControlWindow") == 1
     env["custom"].delete_namespaced_custom_object(GROUP, VERSION, NS, "incidents", "inc-w")
