@@ -198,7 +198,8 @@ def judged(case: Case, record: dict[str, Any]) -> tuple[str, str | None]:
     if case.expected == "fail" and reason in NOT_A_BEHAVIOURAL_FAILURE:
         return got, f"failed only as {reason}: {record.get('message')}"
     if allowed is not None and reason not in allowed:
-        return got, f"reason {reason}, expected one of {'|'.join(sorted(allowed))}"
+        expected = "|".join(sorted(allowed))
+        return got, f"reason {reason}, expected one of {expected}: {record.get('message')}"
     return got, None
 
 

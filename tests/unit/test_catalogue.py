@@ -100,6 +100,20 @@ def test_judged_names_every_mismatch(
         assert problem in mismatch
 
 
+def test_a_reason_mismatch_says_what_the_verdict_said() -> None:
+    """A decoy that fails for a reason its header does not list is read from the table
+    alone: the mismatch carries the verdict's message (on a cluster, the Verified
+    condition's), as the other mismatches do."""
+    case = next(
+        c for c in catalogue.cases(STAMPEDE) if c.label == "decoys/warm-once-read-through.patch"
+    )
+    said = "sustained_clear: probe-failing at +16.0s, in the 30s window"
+    _, mismatch = catalogue.judged(case, {"passed": False, "reason": "CIRed", "message": said})
+    assert mismatch is not None
+    assert mismatch.startswith("reason CIRed, expected one of ")
+    assert mismatch.endswith(said)
+
+
 def test_markdown_sections_per_scenario_keep_the_others(tmp_path: Path) -> None:
     cs = catalogue.cases(STAMPEDE)
     good = catalogue.row(
